@@ -1,0 +1,47 @@
+"""Where Alchemist keeps its state, read from the environment.
+
+``ALCHEMIST_HOME`` (default ``~/.alchemist``) holds the SQLite job store and the job
+directories. On Kubernetes it is the shared volume, mounted at the same path in the
+notebook pod and in every worker pod. ``ALCHEMIST_DB_URL`` selects another SQLAlchemy
+database (PostgreSQL in production). ``ALCHEMIST_MAX_VALUE_BYTES`` bounds the size of a
+notebook value shipped with a cell (default 100 MB).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+from pathlib import Path
+
+DEFAULT_MAX_VALUE_BYTES = 100 * 1024 * 1024
+
+
+def home() -> Path:
+    """The Alchemist home directory (created on first use)."""
+    path = Path(os.environ.get("ALCHEMIST_HOME") or Path.home() / ".alchemist").expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def jobs_root() -> Path:
+    path = home() / "jobs"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def db_url() -> str:
+    return os.environ.get("ALCHEMIST_DB_URL") or f"sqlite:///{home() / 'jobs.sqlite'}"
+
+
+def current_user() -> str:
+    """The owner of jobs submitted from this process.
+
+    Behind JupyterHub the single-user server exports ``JUPYTERHUB_USER``; elsewhere it
+    is the login name.
+    """
+    return os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
+
+
+def max_value_bytes() -> int:
+    raw = os.environ.get("ALCHEMIST_MAX_VALUE_BYTES")
+    return int(raw) if raw else DEFAULT_MAX_VALUE_BYTES

@@ -1,0 +1,39 @@
+"""Domain exceptions. Each message is one line that names the fix.
+
+Library errors are translated into these at the boundary (``raise ... from e``); the
+magics turn any :class:`AlchemistError` into an IPython ``UsageError`` so a user mistake
+never shows a traceback.
+"""
+
+from __future__ import annotations
+
+
+class AlchemistError(Exception):
+    """Base class of every error a user can cause or must act on."""
+
+
+class SpecError(AlchemistError, ValueError):
+    """A job spec field is invalid (the message names the field)."""
+
+
+class BundleError(AlchemistError):
+    """The cell cannot be shipped to workers (syntax error, unpicklable or oversized value)."""
+
+
+class BackendError(AlchemistError):
+    """The backend refused or failed an operation (the message says what to do)."""
+
+
+class UnknownBackendError(BackendError):
+    """No backend is registered under the requested name."""
+
+
+class JobNotFoundError(AlchemistError, KeyError):
+    """No job with this id exists for the current user."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; we want the plain line
+        return str(self.args[0]) if self.args else "job not found"
+
+
+class PermissionDeniedError(AlchemistError):
+    """The job exists but belongs to another user."""

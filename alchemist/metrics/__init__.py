@@ -1,0 +1,1 @@
+"""Metric events and the tailing readers of job files (metrics and logs)."""

@@ -1,0 +1,195 @@
+"""The job model shared by every part of Alchemist.
+
+A :class:`JobSpec` is what a user asks for (from a magic, the Python API, the CLI or
+the side panel); a :class:`JobStatus` is what a backend reports back. Both are plain
+dataclasses that round-trip through JSON, so the same spec is stored in the job store,
+written to the job directory and sent over the REST API.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from alchemist.errors import SpecError
+
+#: Algorithms a job may use; see ``alchemist.runtime.algorithms``.
+ALGORITHMS = ("sync", "async", "bmuf", "easgd", "horovod")
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class JobState(str, enum.Enum):
+    """Life cycle of a job.
+
+    ``PENDING → RUNNING ⇄ RESTARTING → SUCCEEDED | FAILED | CANCELLED``. A job may go
+    from PENDING straight to a terminal state (for example cancelled before it ran).
+    Terminal states never change again.
+    """
+
+    PENDING = "pending"
+    RUNNING = "running"
+    RESTARTING = "restarting"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+@dataclass
+class Resources:
+    """What one worker gets. ``cpu`` and ``memory`` use Kubernetes quantities."""
+
+    gpus: int = 0
+    cpu: str | None = None
+    memory: str | None = None
+
+    @property
+    def procs(self) -> int:
+        """Processes a worker runs: one per GPU, or one on CPU."""
+        return max(1, self.gpus)
+
+
+@dataclass
+class JobSpec:
+    """Everything needed to run one job, independent of the backend.
+
+    Attributes:
+        name: human-readable name (letters, digits, ``.-_``; at most 63 characters).
+        workers: number of workers (a process on the local backend, a pod on Kubernetes).
+        resources: per-worker resources; ``gpus`` processes per worker when > 0.
+        algorithm: distributed algorithm (one of :data:`ALGORITHMS`).
+        algorithm_options: per-job parameters of the algorithm (e.g. ``block_momentum``).
+        backend: backend name (``local``, ``kubernetes``).
+        env: extra environment variables for every worker.
+        max_restarts: how often the whole worker group is restarted after a failure.
+        timeout: seconds after which the job is stopped and marked failed; None = no limit.
+        outputs: names copied from rank 0 back to the caller after success.
+        global_batch: if set, the per-worker batch is ``global_batch // world_size``.
+        image: container image (Kubernetes); None = the backend's default.
+        entry: what the workers run: ``cell`` (a bundled notebook cell), ``script``
+            (a Python file's source) or ``function`` (a pickled callable).
+    """
+
+    name: str = "job"
+    workers: int = 2
+    resources: Resources = field(default_factory=Resources)
+    algorithm: str = "sync"
+    algorithm_options: dict[str, Any] = field(default_factory=dict)
+    backend: str = "local"
+    env: dict[str, str] = field(default_factory=dict)
+    max_restarts: int = 0
+    timeout: float | None = None
+    outputs: list[str] = field(default_factory=list)
+    global_batch: int | None = None
+    image: str | None = None
+    entry: str = "cell"
+
+    @property
+    def procs_per_worker(self) -> int:
+        return self.resources.procs
+
+    @property
+    def world_size(self) -> int:
+        return self.workers * self.procs_per_worker
+
+    def validate(self) -> JobSpec:
+        """Check the spec and return it; raise :class:`SpecError` naming the field."""
+        if not _NAME_RE.match(self.name):
+            raise SpecError(
+                f"name {self.name!r} is not valid: use 1-63 letters, digits, '.', '-' or '_',"
+                " starting with a letter or digit"
+            )
+        if not isinstance(self.workers, int) or self.workers < 1:
+            raise SpecError(f"workers must be a positive integer, got {self.workers!r}")
+        if not isinstance(self.resources.gpus, int) or self.resources.gpus < 0:
+            raise SpecError(
+                f"gpus_per_worker must be 0 or a positive integer, got {self.resources.gpus!r}"
+            )
+        if self.algorithm not in ALGORITHMS:
+            raise SpecError(
+                f"algorithm {self.algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}"
+            )
+        if not isinstance(self.max_restarts, int) or self.max_restarts < 0:
+            raise SpecError(f"max_restarts must be 0 or more, got {self.max_restarts!r}")
+        if self.timeout is not None and not self.timeout > 0:
+            raise SpecError(f"timeout must be a positive number of seconds, got {self.timeout!r}")
+        for key in self.env:
+            if not _ENV_KEY_RE.match(key):
+                raise SpecError(f"environment variable name {key!r} is not valid")
+        for out in self.outputs:
+            if not out.isidentifier():
+                raise SpecError(f"output {out!r} is not a Python variable name")
+        if self.global_batch is not None:
+            if self.global_batch < self.world_size:
+                raise SpecError(
+                    f"global_batch {self.global_batch} is smaller than the world size"
+                    f" {self.world_size}: every worker needs at least one sample"
+                )
+        if self.entry not in ("cell", "script", "function"):
+            raise SpecError(f"entry must be cell, script or function, got {self.entry!r}")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobSpec:
+        """Build a spec from JSON data; unknown keys are an error naming the key."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SpecError(f"unknown field(s) in job spec: {', '.join(unknown)}")
+        values = dict(data)
+        res = values.pop("resources", None) or {}
+        if not isinstance(res, dict):
+            raise SpecError("resources must be an object")
+        res_known = {f.name for f in dataclasses.fields(Resources)}
+        bad = sorted(set(res) - res_known)
+        if bad:
+            raise SpecError(f"unknown field(s) in resources: {', '.join(bad)}")
+        try:
+            return cls(resources=Resources(**res), **values)
+        except TypeError as e:  # pragma: no cover - guarded by the key checks above
+            raise SpecError(str(e)) from e
+
+
+@dataclass
+class JobStatus:
+    """What a backend knows about a job right now.
+
+    Attributes:
+        state: the job's state.
+        reason: why a job failed, was cancelled or is pending (one line), or None.
+        exit_code: the launcher's exit code once terminal, if known.
+        restarts: how many times the worker group was restarted.
+        started: UNIX time the workers started, if they did.
+        finished: UNIX time the job reached a terminal state, if it did.
+        ranks: per-rank detail where the backend has it (e.g. pod phases).
+    """
+
+    state: JobState
+    reason: str | None = None
+    exit_code: int | None = None
+    restarts: int = 0
+    started: float | None = None
+    finished: float | None = None
+    ranks: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["state"] = self.state.value
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobStatus:
+        values = dict(data)
+        values["state"] = JobState(values["state"])
+        return cls(**values)

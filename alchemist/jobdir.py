@@ -100,7 +100,14 @@ class JobDir:
         return self.root / "pids"
 
     def create(self) -> JobDir:
-        for sub in (self.root, self.bundle, self.logs, self.tensorboard, self.checkpoints, self.pids):
+        for sub in (
+            self.root,
+            self.bundle,
+            self.logs,
+            self.tensorboard,
+            self.checkpoints,
+            self.pids,
+        ):
             sub.mkdir(parents=True, exist_ok=True)
         return self
 

@@ -127,12 +127,11 @@ class JobSpec:
         for out in self.outputs:
             if not out.isidentifier():
                 raise SpecError(f"output {out!r} is not a Python variable name")
-        if self.global_batch is not None:
-            if self.global_batch < self.world_size:
-                raise SpecError(
-                    f"global_batch {self.global_batch} is smaller than the world size"
-                    f" {self.world_size}: every worker needs at least one sample"
-                )
+        if self.global_batch is not None and self.global_batch < self.world_size:
+            raise SpecError(
+                f"global_batch {self.global_batch} is smaller than the world size"
+                f" {self.world_size}: every worker needs at least one sample"
+            )
         if self.entry not in ("cell", "script", "function"):
             raise SpecError(f"entry must be cell, script or function, got {self.entry!r}")
         return self

@@ -107,7 +107,9 @@ class Backend(abc.ABC):
     def cancel(self, req: JobRequest) -> None:
         """Stop every worker. Idempotent."""
 
-    def logs(self, req: JobRequest, rank: int, since: int = 0, limit_bytes: int = 1 << 20) -> LogChunk:
+    def logs(
+        self, req: JobRequest, rank: int, since: int = 0, limit_bytes: int = 1 << 20
+    ) -> LogChunk:
         """Read rank ``rank``'s log from byte offset ``since`` (at most ``limit_bytes``).
 
         The default reads the rank log in the job directory, which every backend shares.

@@ -10,7 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def read_lines(path: Path, since: int = 0, limit_bytes: int = 1 << 20) -> tuple[list[str], int, bool]:
+def read_lines(
+    path: Path, since: int = 0, limit_bytes: int = 1 << 20
+) -> tuple[list[str], int, bool]:
     """Read complete lines of ``path`` from byte offset ``since``.
 
     Args:

@@ -1,0 +1,170 @@
+"""Run a job as local processes: a supervisor, torchrun, one process per rank.
+
+The supervisor starts in a new session (``start_new_session=True``), so the job is in
+a process group of its own and survives the kernel being interrupted, restarted or
+killed. Processes are started with fork+exec (``subprocess``), never a bare fork, so
+CUDA is initialised only in the fresh worker processes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from alchemist.backends.api import Backend, DryRunInfo, JobRequest, format_command
+from alchemist.backends.launch import runtime_args, torchrun_args, worker_env
+from alchemist.backends.local.procs import CANCEL_MARKER, alive, job_processes, read_pid, terminate
+from alchemist.errors import BackendError, JobNotFoundError
+from alchemist.jobdir import atomic_write_json
+from alchemist.spec import JobSpec, JobState, JobStatus
+
+#: How long a submitted job may have no state before we call its launcher lost.
+_START_GRACE_S = 30.0
+
+
+def _available_gpus() -> int:
+    try:
+        import torch
+
+        return int(torch.cuda.device_count())
+    except Exception:  # pragma: no cover - torch is a dependency
+        return 0
+
+
+class LocalBackend(Backend):
+    """Jobs as detached process groups on this machine. Rank logs go to the job directory."""
+
+    name = "local"
+
+    def __init__(self) -> None:
+        # Supervisors we started, so that finished ones are reaped (no zombies).
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+
+    def _command(self, req: JobRequest) -> list[str]:
+        spec = req.spec
+        if spec.algorithm == "horovod":
+            from alchemist.backends.horovod_launch import horovod_argv
+
+            return horovod_argv(spec, req.job_dir)
+        nproc = spec.world_size  # every worker of a local job runs on this one node
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            *torchrun_args(spec, nproc_per_node=nproc),
+            *runtime_args(req.job_dir),
+        ]
+
+    def _check_resources(self, spec: JobSpec) -> None:
+        gpus = spec.workers * spec.resources.gpus
+        if gpus:
+            have = _available_gpus()
+            if gpus > have:
+                raise BackendError(
+                    f"the job asks for {gpus} GPUs ({spec.workers} workers x"
+                    f" {spec.resources.gpus}) but this machine has {have}: lower"
+                    " --gpus-per-worker or -n, or use --backend kubernetes"
+                )
+
+    def _dryrun(self, req: JobRequest) -> DryRunInfo:
+        self._check_resources(req.spec)
+        argv = self._command(req)
+        env = worker_env(req.job_id, req.job_dir, req.spec)
+        request = {
+            "argv": argv,
+            "env": env,
+            "cwd": str(req.job_dir.root),
+            "timeout": req.spec.timeout,
+        }
+        return DryRunInfo(backend=self.name, request=request, text=format_command(argv, env))
+
+    def _schedule(self, req: JobRequest, info: DryRunInfo) -> None:
+        jd = req.job_dir
+        atomic_write_json(jd.root / "launch.json", info.request)
+        log = open(jd.launcher_log, "ab")  # noqa: SIM115 - handed to the child
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "alchemist.backends.local.supervisor", str(jd.root)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=jd.root,
+                start_new_session=True,
+                close_fds=True,
+            )
+        finally:
+            log.close()
+        (jd.pids / "launcher.pid").write_text(str(proc.pid))
+        self._children[req.job_id] = proc
+
+    def _reap(self, job_id: str) -> None:
+        child = self._children.get(job_id)
+        if child is not None and child.poll() is not None:
+            del self._children[job_id]
+
+    def status(self, req: JobRequest) -> JobStatus:
+        jd = req.job_dir
+        if not jd.root.is_dir():
+            raise JobNotFoundError(f"job {req.job_id} has no job directory at {jd.root}")
+        self._reap(req.job_id)
+        st = jd.read_state() or {}
+        restarts = _read_int(jd.root / "restarts")
+        state = JobState(st["state"]) if "state" in st else JobState.PENDING
+        launcher = read_pid(jd.pids / "launcher.pid")
+        if not state.is_terminal and not alive(launcher):
+            # Re-read: the launcher may have finished between the two reads.
+            st = jd.read_state() or {}
+            state = JobState(st["state"]) if "state" in st else JobState.PENDING
+            created = jd.spec.stat().st_mtime if jd.spec.exists() else time.time()
+            if not state.is_terminal and (
+                launcher is not None or time.time() - created > _START_GRACE_S
+            ):
+                jd.write_state(
+                    state="failed",
+                    reason="the job's launcher process is gone (killed, or the machine"
+                    " restarted); its files are kept in the job directory",
+                    finished=time.time(),
+                )
+                st = jd.read_state() or {}
+                state = JobState.FAILED
+        return JobStatus(
+            state=state,
+            reason=st.get("reason"),
+            exit_code=st.get("exit_code"),
+            restarts=restarts,
+            started=st.get("started"),
+            finished=st.get("finished"),
+        )
+
+    def cancel(self, req: JobRequest) -> None:
+        jd = req.job_dir
+        if not jd.root.is_dir():
+            raise JobNotFoundError(f"job {req.job_id} has no job directory at {jd.root}")
+        if self.status(req).state.is_terminal:
+            return
+        (jd.root / CANCEL_MARKER).touch()
+        launcher = read_pid(jd.pids / "launcher.pid")
+        deadline = time.time() + 15
+        # The supervisor sees the marker within 0.2 s, stops the workers and records the
+        # cancel; if it cannot (killed, hung), we stop everything ourselves.
+        while time.time() < deadline and alive(launcher):
+            self._reap(req.job_id)
+            time.sleep(0.05)
+        roots = [p for p in (launcher, read_pid(jd.pids / "torchrun.pid")) if p]
+        left = job_processes(jd.root, roots)
+        if left:
+            terminate(left, grace=2.0)
+        self._reap(req.job_id)
+        st = jd.read_state() or {}
+        if not JobState(st.get("state", "pending")).is_terminal:
+            jd.write_state(state="cancelled", reason="cancelled by the user", finished=time.time())
+
+
+def _read_int(path: os.PathLike[str]) -> int:
+    try:
+        with open(path) as f:
+            return int(f.read().strip() or 0)
+    except (FileNotFoundError, ValueError):
+        return 0

@@ -1,0 +1,65 @@
+"""Finding and stopping a local job's processes."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from pathlib import Path
+
+import psutil
+
+#: File in the job directory that asks the supervisor to cancel the job.
+CANCEL_MARKER = "cancel-requested"
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def alive(pid: int | None) -> bool:
+    """True if ``pid`` runs and is not a zombie waiting to be reaped."""
+    if pid is None:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def job_processes(job_root: Path, root_pids: list[int]) -> list[psutil.Process]:
+    """Every live process of a job: the given roots, their descendants, and any process
+    whose command line names the job directory (a rank torchrun started in a session of
+    its own, or one orphaned by a killed launcher)."""
+    found: dict[int, psutil.Process] = {}
+    for pid in root_pids:
+        try:
+            proc = psutil.Process(pid)
+            found[pid] = proc
+            for child in proc.children(recursive=True):
+                found[child.pid] = child
+        except psutil.Error:
+            continue
+    marker = str(job_root)
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            cmdline = proc.info["cmdline"] or []
+            if any(marker == arg for arg in cmdline):
+                found[proc.pid] = proc
+                for child in proc.children(recursive=True):
+                    found[child.pid] = child
+    return [p for p in found.values() if p.pid != psutil.Process().pid]
+
+
+def terminate(procs: list[psutil.Process], grace: float = 5.0) -> None:
+    """SIGTERM, wait up to ``grace`` seconds, then SIGKILL what is left, and reap."""
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.send_signal(signal.SIGTERM)
+    _, left = psutil.wait_procs(procs, timeout=grace)
+    for p in left:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(left, timeout=5)

@@ -1,0 +1,29 @@
+"""Promoting a notebook cell: what the workers need to run it.
+
+:func:`build_bundle` finds the cell's free names, resolves each in the notebook's
+namespace and decides how it travels:
+
+- a module travels as an import (``import numpy as np``);
+- a function or class defined in the notebook travels by value (cloudpickle);
+- any other value travels by value with cloudpickle, if it is small enough.
+
+:func:`write_bundle` stores it in the job directory (``bundle/``) with a content hash;
+:func:`load_bundle` rebuilds the namespace in a worker. Every problem a user can fix is
+a :class:`~alchemist.errors.BundleError` with one line naming the variable and the fix,
+raised before anything is submitted.
+"""
+
+from alchemist.bundle.builder import Bundle, BundleItem, build_bundle, source_of
+from alchemist.bundle.freenames import free_names
+from alchemist.bundle.store import load_bundle, read_manifest, write_bundle
+
+__all__ = [
+    "Bundle",
+    "BundleItem",
+    "build_bundle",
+    "free_names",
+    "load_bundle",
+    "read_manifest",
+    "source_of",
+    "write_bundle",
+]

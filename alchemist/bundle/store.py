@@ -1,0 +1,88 @@
+"""Writing a bundle into a job directory, and loading it back in a worker."""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import importlib
+import inspect
+import json
+import types
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+
+from alchemist.bundle.builder import Bundle
+from alchemist.errors import BundleError
+from alchemist.jobdir import atomic_write_bytes, atomic_write_json
+
+
+def write_bundle(bundle: Bundle, directory: Path) -> str:
+    """Store ``bundle`` in ``directory``; returns its sha256 digest."""
+    directory.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(directory / "source.py", bundle.source.encode())
+    atomic_write_bytes(directory / "namespace.pkl", bundle.payload)
+    manifest = {
+        "sha256": bundle.digest,
+        "entry": bundle.entry,
+        "cwd": bundle.cwd,
+        "imports": [list(pair) for pair in bundle.imports],
+        "items": [dataclasses.asdict(i) for i in bundle.items],
+    }
+    atomic_write_json(directory / "manifest.json", manifest)
+    return bundle.digest
+
+
+def read_manifest(directory: Path) -> dict[str, Any]:
+    return json.loads((directory / "manifest.json").read_text())
+
+
+def _rebind(fn: types.FunctionType, ns: dict[str, Any]) -> types.FunctionType:
+    """A copy of a notebook function whose globals are the job's namespace.
+
+    In the notebook such a function sees every global the notebook defines, including
+    ones the cell assigns later; cloudpickle gives it a private globals dict instead.
+    """
+    new = types.FunctionType(fn.__code__, ns, fn.__name__, fn.__defaults__, fn.__closure__)
+    new.__kwdefaults__ = fn.__kwdefaults__
+    new.__dict__.update(fn.__dict__)
+    new.__doc__ = fn.__doc__
+    new.__qualname__ = fn.__qualname__
+    new.__annotations__ = fn.__annotations__
+    new.__module__ = "__main__"
+    return new
+
+
+def load_bundle(directory: Path) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """Rebuild a worker's namespace.
+
+    Returns:
+        ``(source, namespace, manifest)``; the namespace is a fresh ``__main__``
+        dict with the bundle's imports and values.
+
+    Raises:
+        BundleError: a module the cell imports is not installed on the worker.
+    """
+    manifest = read_manifest(directory)
+    source = (directory / "source.py").read_text()
+    ns: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+    for alias, module in manifest["imports"]:
+        try:
+            ns[alias] = importlib.import_module(module)
+        except ImportError as e:
+            raise BundleError(
+                f"the cell uses module {module!r}, which is not installed where the workers"
+                f" run ({e}); install it in the worker environment or image"
+            ) from e
+    values = cloudpickle.loads((directory / "namespace.pkl").read_bytes())
+    for value in values.values():
+        if inspect.isfunction(value) and value.__module__ == "__main__":
+            for k, v in value.__globals__.items():
+                ns.setdefault(k, v)
+    for name, value in values.items():
+        ns[name] = value
+    for name, value in list(ns.items()):
+        if inspect.isfunction(value) and value.__module__ == "__main__" and name in values:
+            ns[name] = _rebind(value, ns)
+    return source, ns, manifest

@@ -1,0 +1,387 @@
+"""The Python API: submit, list, attach to and control jobs.
+
+This is the one submission path: the magics, the CLI and the REST API all call
+:func:`submit`, which builds the spec and the bundle, asks the backend for a dry run,
+and (unless ``dry_run``) records the job and runs exactly that.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from alchemist import config
+from alchemist.backends import get_backend
+from alchemist.backends.api import Backend, DryRunInfo, JobRequest, LogChunk
+from alchemist.bundle import Bundle, build_bundle, source_of, write_bundle
+from alchemist.errors import (
+    AlchemistError,
+    BackendError,
+    JobNotFoundError,
+    PermissionDeniedError,
+)
+from alchemist.jobdir import JobDir, atomic_write_json
+from alchemist.spec import JobSpec, JobState, JobStatus, Resources
+from alchemist.store import JobRecord, get_store
+
+
+def new_job_id() -> str:
+    """A short id, unique enough, valid as part of a DNS name (Kubernetes objects)."""
+    return "j" + secrets.token_hex(5)
+
+
+@dataclass
+class DryRun:
+    """What :func:`submit` would run. Printing it shows the command and the bundle."""
+
+    spec: JobSpec
+    info: DryRunInfo
+    bundle: Bundle
+    job_id: str
+
+    @property
+    def text(self) -> str:
+        return (
+            f"# dry run: job {self.job_id} ({self.spec.name}) on backend {self.info.backend},"
+            f" world size {self.spec.world_size}; nothing was submitted\n"
+            f"{self.info.text}\n\n{self.bundle.describe()}"
+        )
+
+    def __str__(self) -> str:
+        return self.text
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(self.text)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "spec": self.spec.to_dict(),
+            "dryrun": self.info.to_dict(),
+            "bundle": self.bundle.describe(),
+            "text": self.text,
+        }
+
+
+class Job:
+    """A handle on a submitted job. Cheap to create; every call asks the backend."""
+
+    def __init__(self, record: JobRecord) -> None:
+        self._record = record
+
+    # -- identity ------------------------------------------------------------------------
+    @property
+    def id(self) -> str:
+        return self._record.id
+
+    @property
+    def name(self) -> str:
+        return self._record.name
+
+    @property
+    def owner(self) -> str:
+        return self._record.owner
+
+    @property
+    def backend_name(self) -> str:
+        return self._record.backend
+
+    @property
+    def created(self) -> float:
+        return self._record.created
+
+    @property
+    def spec(self) -> JobSpec:
+        return JobSpec.from_dict(self._record.spec)
+
+    @property
+    def job_dir(self) -> JobDir:
+        return JobDir(Path(self._record.job_dir))
+
+    @property
+    def backend(self) -> Backend:
+        return get_backend(self._record.backend)
+
+    def _request(self) -> JobRequest:
+        return JobRequest(self.id, self.owner, self.spec, self.job_dir)
+
+    def __repr__(self) -> str:
+        return f"<alchemist.Job {self.id} {self.name!r} {self._record.state}>"
+
+    # -- state ---------------------------------------------------------------------------
+    def status(self) -> JobStatus:
+        """The job's status, reconciled with the backend and saved in the store."""
+        rec = self._record
+        if JobState(rec.state).is_terminal:
+            return JobStatus(
+                state=JobState(rec.state),
+                reason=rec.reason,
+                restarts=rec.restarts,
+                started=rec.started,
+                finished=rec.finished,
+            )
+        st = self.backend.status(self._request())
+        changed = {
+            "state": st.state.value,
+            "reason": st.reason,
+            "started": st.started,
+            "finished": st.finished,
+            "restarts": st.restarts,
+        }
+        if any(getattr(rec, k) != v for k, v in changed.items()):
+            get_store().update(self.id, **changed)
+            for k, v in changed.items():
+                setattr(rec, k, v)
+        return st
+
+    def wait(self, timeout: float | None = None, poll: float = 0.2) -> JobStatus:
+        """Block until the job is terminal (or ``timeout`` seconds pass); return its status."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            st = self.status()
+            if st.state.is_terminal or (deadline is not None and time.monotonic() >= deadline):
+                return st
+            time.sleep(poll)
+
+    def cancel(self) -> None:
+        """Stop every worker; idempotent (a finished job is left as it is)."""
+        self.backend.cancel(self._request())
+        self.status()
+
+    # -- data ----------------------------------------------------------------------------
+    def ranks(self) -> list[int]:
+        found = set(self.job_dir.ranks_with_logs())
+        return sorted(found or set(range(self.spec.world_size)))
+
+    def log_chunk(self, rank: int, since: int = 0, limit_bytes: int = 1 << 20) -> LogChunk:
+        """Complete lines of ``rank``'s log from byte cursor ``since``."""
+        return self.backend.logs(self._request(), rank, since, limit_bytes)
+
+    def logs(self, rank: int | None = None) -> str:
+        """A rank's whole log, or every rank's with a ``[rank r]`` prefix."""
+        out = []
+        for r in [rank] if rank is not None else self.ranks():
+            cursor = 0
+            while True:
+                chunk = self.log_chunk(r, cursor)
+                prefix = "" if rank is not None else f"[rank {r}] "
+                out.extend(prefix + line for line in chunk.lines)
+                if chunk.cursor == cursor or not chunk.truncated:
+                    break
+                cursor = chunk.cursor
+        return "\n".join(out) + ("\n" if out else "")
+
+    def metrics(self, since: int = 0) -> list[dict[str, Any]]:
+        """Every metric event (``{job_id, rank, step, time, values}``) from cursor ``since``."""
+        from alchemist.metrics.reader import MetricsReader
+
+        events, _ = MetricsReader(self.job_dir.metrics).read(since)
+        return list(events)
+
+    def metrics_frame(self) -> Any:
+        """The metric events as a pandas DataFrame (needs pandas)."""
+        from alchemist.metrics.reader import events_to_dataframe
+
+        return events_to_dataframe(self.metrics())
+
+    def outputs(self) -> dict[str, Any]:
+        """The values named with ``--outputs``, as rank 0 left them (after success)."""
+        import cloudpickle
+
+        path = self.job_dir.outputs
+        if not path.exists():
+            raise AlchemistError(
+                f"job {self.id} has no outputs: it has not succeeded, or named none with -o"
+            )
+        return dict(cloudpickle.loads(path.read_bytes()))
+
+    def to_dict(self) -> dict[str, Any]:
+        st = self.status()
+        spec = self.spec
+        return {
+            "id": self.id,
+            "name": self.name,
+            "owner": self.owner,
+            "backend": self.backend_name,
+            "state": st.state.value,
+            "reason": st.reason,
+            "restarts": st.restarts,
+            "created": self.created,
+            "started": st.started,
+            "finished": st.finished,
+            "workers": spec.workers,
+            "gpus_per_worker": spec.resources.gpus,
+            "world_size": spec.world_size,
+            "algorithm": spec.algorithm,
+            "spec": spec.to_dict(),
+            "job_dir": str(self.job_dir.root),
+        }
+
+
+def _default_namespace() -> dict[str, Any]:
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover
+        return {}
+    shell = get_ipython()
+    return dict(shell.user_ns) if shell is not None else {}
+
+
+def make_spec(
+    *,
+    workers: int = 2,
+    gpus_per_worker: int = 0,
+    backend: str | None = None,
+    name: str | None = None,
+    max_restarts: int = 0,
+    timeout: float | None = None,
+    env: dict[str, str] | None = None,
+    outputs: Iterable[str] = (),
+    algorithm: str = "sync",
+    algorithm_options: dict[str, Any] | None = None,
+    global_batch: int | None = None,
+    image: str | None = None,
+    cpu: str | None = None,
+    memory: str | None = None,
+    entry: str = "cell",
+) -> JobSpec:
+    """A validated :class:`JobSpec` from keyword arguments (the magic's flags)."""
+    return JobSpec(
+        name=name or "job",
+        workers=workers,
+        resources=Resources(gpus=gpus_per_worker, cpu=cpu, memory=memory),
+        algorithm=algorithm,
+        algorithm_options=dict(algorithm_options or {}),
+        backend=backend or os.environ.get("ALCHEMIST_BACKEND") or "local",
+        env=dict(env or {}),
+        max_restarts=max_restarts,
+        timeout=timeout,
+        outputs=list(outputs),
+        global_batch=global_batch,
+        image=image,
+        entry=entry,
+    ).validate()
+
+
+def submit(
+    code: str | Path | Callable[[], Any],
+    *,
+    namespace: dict[str, Any] | None = None,
+    dry_run: bool = False,
+    **options: Any,
+) -> Any:
+    """Run ``code`` as a distributed job.
+
+    Args:
+        code: a cell's (or script's) source, a ``Path`` to a ``.py`` script or ``.ipynb``
+            notebook (its code cells run in order), or a no-argument callable (its
+            return value becomes the output ``result``).
+        namespace: where a cell's free names are looked up; default: the IPython user
+            namespace when called from a notebook.
+        dry_run: return a :class:`DryRun` describing exactly what would run; submit nothing.
+        **options: the spec, as for :func:`make_spec` (``workers``, ``gpus_per_worker``,
+            ``backend``, ``name``, ``max_restarts``, ``timeout``, ``env``, ``outputs``,
+            ``algorithm``, ``algorithm_options``, ``global_batch``, ...).
+
+    Returns:
+        A :class:`Job`, or a :class:`DryRun` when ``dry_run``.
+
+    Raises:
+        SpecError: an option is invalid (the message names it).
+        BundleError: the code cannot be shipped (syntax error, unpicklable or big value).
+        BackendError: the backend refused the job.
+    """
+    from alchemist.config import max_value_bytes
+
+    limit = max_value_bytes()
+    if callable(code) and not isinstance(code, (str, Path)):
+        options.setdefault("outputs", ["result"])
+        options.setdefault("name", getattr(code, "__name__", "job").strip("<>") or "job")
+        spec = make_spec(entry="function", **options)
+        bundle = build_bundle("", None, entry="function", function=code, max_value_bytes=limit)
+    elif isinstance(code, Path):
+        source, entry = source_of(code)
+        options.setdefault("name", _safe_name(code.stem))
+        spec = make_spec(entry=entry, **options)
+        bundle = build_bundle(source, {}, entry=entry, max_value_bytes=limit)
+        bundle.cwd = str(code.resolve().parent)
+    else:
+        spec = make_spec(entry="cell", **options)
+        ns = namespace if namespace is not None else _default_namespace()
+        bundle = build_bundle(str(code), ns, entry="cell", max_value_bytes=limit)
+
+    backend = get_backend(spec.backend)
+    job_id = new_job_id()
+    job_dir = JobDir(config.jobs_root() / job_id)
+    owner = config.current_user()
+    req = JobRequest(job_id, owner, spec, job_dir)
+    info = backend.dryrun(req)
+    if dry_run:
+        return DryRun(spec=spec, info=info, bundle=bundle, job_id=job_id)
+
+    job_dir.create()
+    os.chmod(job_dir.root, 0o700)  # a user's job files are theirs alone
+    atomic_write_json(job_dir.spec, spec.to_dict())
+    write_bundle(bundle, job_dir.bundle)
+    record = JobRecord(
+        id=job_id,
+        owner=owner,
+        name=spec.name,
+        backend=spec.backend,
+        state=JobState.PENDING.value,
+        reason=None,
+        created=time.time(),
+        started=None,
+        finished=None,
+        restarts=0,
+        spec=spec.to_dict(),
+        job_dir=str(job_dir.root),
+    )
+    store = get_store()
+    store.add(record)
+    try:
+        backend.submit(req)
+    except AlchemistError as e:
+        store.update(job_id, state=JobState.FAILED.value, reason=str(e), finished=time.time())
+        raise
+    except Exception as e:
+        store.update(job_id, state=JobState.FAILED.value, reason=str(e), finished=time.time())
+        raise BackendError(f"backend {spec.backend!r} could not start the job: {e}") from e
+    return Job(record)
+
+
+def _safe_name(stem: str) -> str:
+    import re
+
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-._") or "job"
+    return name[:63]
+
+
+def jobs(state: str | None = None, limit: int | None = None) -> list[Job]:
+    """The current user's jobs, newest first, with states reconciled."""
+    out = [Job(r) for r in get_store().list(config.current_user(), state=None, limit=limit)]
+    for job in out:
+        job.status()
+    if state:
+        out = [j for j in out if j._record.state == state]
+    return out
+
+
+def attach(job_id: str) -> Job:
+    """A handle on one of the current user's jobs.
+
+    Raises:
+        JobNotFoundError: no such job.
+        PermissionDeniedError: the job belongs to another user.
+    """
+    record = get_store().get(job_id)
+    if record is None:
+        raise JobNotFoundError(f"no job {job_id!r}; list your jobs with %alchemist_jobs")
+    if record.owner != config.current_user():
+        raise PermissionDeniedError(f"job {job_id!r} belongs to another user")
+    return Job(record)

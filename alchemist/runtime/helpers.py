@@ -1,0 +1,176 @@
+"""The helpers a training cell calls; identical in a plain notebook and in a job."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from alchemist.jobdir import atomic_write_bytes
+from alchemist.runtime.context import context
+
+
+def _dist_ready() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def distribute(
+    model: Any, optimizer: Any, algorithm: str | None = None, **options: Any
+) -> tuple[Any, Any]:
+    """Make ``model`` and ``optimizer`` train data-parallel across the job's ranks.
+
+    The training loop stays as it is (``loss.backward(); optimizer.step()``). At world
+    size 1 (a plain notebook) the model is moved to the context's device and both are
+    returned unchanged.
+
+    Args:
+        model: a ``torch.nn.Module``.
+        optimizer: an optimizer over ``model``'s parameters.
+        algorithm: ``sync``, ``async``, ``bmuf``, ``easgd`` or ``horovod``; None uses the
+            job's ``--algorithm`` (default ``sync``).
+        **options: the algorithm's parameters (e.g. ``block_momentum=0.9``); the job's
+            ``--algorithm-option`` values are the defaults.
+
+    Returns:
+        ``(model, optimizer)`` to use in the training loop.
+    """
+    ctx = context()
+    model = model.to(ctx.device)
+    name = algorithm or ctx.algorithm
+    merged = {**(ctx.spec.get("algorithm_options") or {}), **options}
+    if ctx.world_size == 1 or not _dist_ready():
+        return model, optimizer
+    try:
+        from alchemist.runtime import algorithms
+    except ImportError:
+        algorithms = None  # type: ignore[assignment]
+    if algorithms is not None and hasattr(algorithms, "get"):
+        return algorithms.get(name).wrap(model, optimizer, ctx, **merged)  # type: ignore[no-any-return]
+    if name != "sync":  # pragma: no cover - the algorithms package ships with alchemist
+        raise ValueError(f"algorithm {name!r} is not available in this installation")
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids), optimizer
+
+
+def per_worker_batch(global_batch: int | None = None) -> int | None:
+    """The per-rank batch for ``global_batch`` (default: the job's ``--global-batch``)."""
+    ctx = context()
+    gb = global_batch or ctx.spec.get("global_batch")
+    if not gb:
+        return None
+    return max(1, int(gb) // ctx.world_size)
+
+
+def shard(
+    dataset: Any,
+    batch_size: int | None = None,
+    shuffle: bool = True,
+    seed: int = 0,
+    **loader_kwargs: Any,
+) -> Any:
+    """A DataLoader over this rank's share of ``dataset`` (a DistributedSampler).
+
+    Args:
+        dataset: a map-style dataset (e.g. ``TensorDataset``).
+        batch_size: per-rank batch; None uses ``--global-batch`` / world size (or 32).
+        shuffle: reshuffle every epoch (call ``loader.sampler.set_epoch(epoch)``).
+        seed: the shuffling seed, the same on every rank.
+        **loader_kwargs: passed to ``torch.utils.data.DataLoader``.
+    """
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    ctx = context()
+    if batch_size is None:
+        batch_size = per_worker_batch() or 32
+    sampler = DistributedSampler(
+        dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=shuffle, seed=seed
+    )
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, **loader_kwargs)
+
+
+def log(step: int, **metrics: float) -> None:
+    """Record metrics for ``step`` (learning curves, TensorBoard).
+
+    In a job every rank's events go to ``metrics.jsonl`` and TensorBoard; in a plain
+    notebook they are kept in memory for the prototype's curve.
+    """
+    from alchemist.metrics.reporter import get_reporter
+
+    get_reporter().log(step, **metrics)
+
+
+# -- checkpoints ---------------------------------------------------------------------------
+
+_CKPT_RE = re.compile(r"^ckpt-(\d+)\.pt$")
+_local_ckpt_dir: Path | None = None
+
+
+def _checkpoint_dir() -> Path:
+    ctx = context()
+    if ctx.job_dir is not None:
+        return ctx.job_dir.checkpoints
+    global _local_ckpt_dir
+    if _local_ckpt_dir is None:
+        _local_ckpt_dir = Path(tempfile.mkdtemp(prefix="alchemist-ckpt-"))
+    return _local_ckpt_dir
+
+
+def save_checkpoint(state: dict[str, Any], step: int, keep: int = 3) -> Path | None:
+    """Save ``state`` (e.g. model and optimizer ``state_dict()``) as of ``step``.
+
+    Rank 0 writes; the file appears atomically, so a crash mid-write never leaves a
+    broken latest checkpoint. The newest ``keep`` checkpoints are kept.
+
+    Returns:
+        The checkpoint's path on rank 0, None on other ranks.
+    """
+    import torch
+
+    ctx = context()
+    path = None
+    if ctx.is_main:
+        directory = _checkpoint_dir()
+        buf = io.BytesIO()
+        torch.save({"step": step, "state": state}, buf)
+        path = directory / f"ckpt-{step:09d}.pt"
+        atomic_write_bytes(path, buf.getvalue())
+        for old in _checkpoints(directory)[:-keep] if keep > 0 else []:
+            old.unlink(missing_ok=True)
+    if _dist_ready():
+        import torch.distributed as dist
+
+        dist.barrier()  # every rank may restore from it once save returns
+    return path
+
+
+def _checkpoints(directory: Path) -> list[Path]:
+    found = [
+        (int(m.group(1)), p) for p in directory.glob("ckpt-*.pt") if (m := _CKPT_RE.match(p.name))
+    ]
+    return [p for _, p in sorted(found)]
+
+
+def restore(map_location: Any = None) -> dict[str, Any] | None:
+    """The latest checkpoint as ``{"step": int, "state": dict}``, or None if there is none.
+
+    A restarted job calls this at the start of training to resume where it stopped.
+    """
+    import torch
+
+    ckpts = _checkpoints(_checkpoint_dir())
+    if not ckpts:
+        return None
+    loc = map_location if map_location is not None else context().device
+    return torch.load(ckpts[-1], map_location=loc, weights_only=False)  # type: ignore[no-any-return]
+
+
+def restart_count() -> int:
+    """How many times torchrun restarted this job's workers (0 on the first attempt)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))

@@ -1,0 +1,175 @@
+"""One rank of a job: ``python -m alchemist.runtime JOB_DIR`` (run by torchrun).
+
+The rank sends its stdout and stderr to ``logs/rank-<r>.log`` (appending, so a
+restarted attempt adds to the same file), joins the process group (NCCL on GPUs, gloo
+on CPU), rebuilds the cell's namespace from the bundle and executes the cell. Rank 0
+then pickles the values named with ``--outputs``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from alchemist.errors import AlchemistError
+from alchemist.jobdir import JobDir, atomic_write_bytes
+
+_EXIT_USER_ERROR = 1
+
+
+def _redirect_output(path: Path) -> None:
+    """Point fds 1 and 2 at ``path`` so output of C extensions and subprocesses is kept too."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+
+
+def _rank_env() -> tuple[int, int, int]:
+    def first(*names: str, default: str) -> int:
+        for n in names:
+            if os.environ.get(n):
+                return int(os.environ[n])
+        return int(default)
+
+    rank = first("RANK", "HOROVOD_RANK", default="0")
+    world = first("WORLD_SIZE", "HOROVOD_SIZE", default="1")
+    local = first("LOCAL_RANK", "HOROVOD_LOCAL_RANK", default="0")
+    # Context reads the torch names; horovodrun sets only its own.
+    os.environ.setdefault("RANK", str(rank))
+    os.environ.setdefault("WORLD_SIZE", str(world))
+    os.environ.setdefault("LOCAL_RANK", str(local))
+    return rank, world, local
+
+
+def _init_process_group(algorithm: str) -> None:
+    if algorithm == "horovod":
+        return  # horovod.init() is called by the horovod algorithm's wrap()
+    import torch
+    import torch.distributed as dist
+
+    from alchemist.runtime.context import context
+
+    ctx = context()
+    if ctx.world_size <= 1 and "MASTER_ADDR" not in os.environ:
+        return
+    if ctx.device.type == "cuda":
+        torch.cuda.set_device(ctx.device)
+        dist.init_process_group("nccl", device_id=ctx.device)
+    else:
+        dist.init_process_group("gloo")
+
+
+def _save_outputs(job_dir: JobDir, names: list[str], ns: dict[str, Any]) -> None:
+    import cloudpickle
+
+    missing = [n for n in names if n not in ns]
+    if missing:
+        raise AlchemistError(
+            f"--outputs names {', '.join(missing)}, which the cell did not define on rank 0"
+        )
+    atomic_write_bytes(job_dir.outputs, cloudpickle.dumps({n: ns[n] for n in names}))
+
+
+def _user_traceback(exc: BaseException) -> str:
+    """The traceback from the cell's frames on (our own frames are noise to the user)."""
+    tb = exc.__traceback__
+    while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<"):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m alchemist.runtime JOB_DIR", file=sys.stderr)
+        return 2
+    job_dir = JobDir(Path(argv[0]))
+    rank, world, _ = _rank_env()
+    os.environ.setdefault("ALCHEMIST_JOB_DIR", str(job_dir.root))
+    os.environ.setdefault("ALCHEMIST_JOB_ID", job_dir.job_id)
+    _redirect_output(job_dir.rank_log(rank))
+    job_dir.pids.mkdir(exist_ok=True)
+    (job_dir.pids / f"rank-{rank}.pid").write_text(str(os.getpid()))
+
+    import json
+
+    spec = json.loads(job_dir.spec.read_text())
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if rank == 0:
+        atomic_write_bytes(job_dir.root / "restarts", str(attempt).encode())
+    started = time.time()
+
+    from alchemist.metrics import reporter as reporter_mod
+
+    sampler = None
+    try:
+        _init_process_group(spec.get("algorithm", "sync"))
+        from alchemist.runtime.context import context
+
+        ctx = context()
+        print(
+            f"[alchemist] rank {rank}/{world} on {socket.gethostname()} device={ctx.device}"
+            + (f" attempt={attempt + 1}" if attempt else ""),
+            flush=True,
+        )
+        reporter_mod.set_reporter(reporter_mod.Reporter(job_dir, job_dir.job_id, rank))
+        try:
+            from alchemist.metrics import system
+
+            sampler = system.start_sampler(reporter_mod.get_reporter())
+        except (ImportError, AttributeError):
+            sampler = None
+
+        from alchemist.bundle import load_bundle
+
+        source, ns, manifest = load_bundle(job_dir.bundle)
+        cwd = manifest.get("cwd")
+        if cwd and Path(cwd).is_dir():
+            os.chdir(cwd)
+            sys.path.insert(0, cwd)
+        code = compile(source, "<cell>" if manifest["entry"] == "cell" else "<script>", "exec")
+        exec(code, ns)
+        if rank == 0 and spec.get("outputs"):
+            _save_outputs(job_dir, list(spec["outputs"]), ns)
+        status = 0
+    except SystemExit as e:
+        status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except AlchemistError as e:
+        print(f"[alchemist] error: {e}", file=sys.stderr, flush=True)
+        status = _EXIT_USER_ERROR
+    except BaseException as e:
+        sys.stderr.write(_user_traceback(e))
+        status = _EXIT_USER_ERROR
+    finally:
+        if sampler is not None:
+            try:
+                sampler.stop()
+            except Exception:
+                pass
+        try:
+            reporter_mod.get_reporter().close()
+        except Exception:
+            pass
+    if status == 0:
+        try:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        except Exception:
+            pass
+    print(
+        f"[alchemist] rank {rank} exited with status {status} after {time.time() - started:.1f}s",
+        flush=True,
+    )
+    return status

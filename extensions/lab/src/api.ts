@@ -1,0 +1,118 @@
+/**
+ * Calls to the Alchemist REST API of the Jupyter server (alchemist/server/handlers.py).
+ *
+ * URLs are built from the server connection's base URL, so the panel works behind
+ * JupyterHub (`/user/<name>/`) as well as on a plain server; ServerConnection adds the
+ * token and XSRF headers.
+ */
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+import { IFailure, IJob, IMetricEvent, ISubmitBody, explainFailure } from './model';
+
+/** Root of the versioned REST API, relative to the server's base URL. */
+export const API_ROOT = 'alchemist/api/v1';
+
+/** A failed request, carrying the one-line message to show. */
+export class ApiError extends Error {
+  constructor(
+    readonly failure: IFailure,
+    readonly url: string
+  ) {
+    super(explainFailure(failure));
+    this.name = 'ApiError';
+  }
+}
+
+/**
+ * Call `endpoint` (relative to {@link API_ROOT}) and return the parsed JSON reply.
+ *
+ * @throws ApiError with a one-line explanation on any failure (no answer, an error
+ *   status, or a reply that is not JSON).
+ */
+export async function requestAPI<T>(
+  endpoint: string,
+  init: RequestInit = {},
+  query: Record<string, string | number | undefined> = {}
+): Promise<T> {
+  const settings = ServerConnection.makeSettings();
+  const search = Object.entries(query)
+    .filter(([, v]) => v !== undefined && v !== '')
+    .map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(String(v))}`)
+    .join('&');
+  const url = URLExt.join(settings.baseUrl, API_ROOT, endpoint) + (search ? `?${search}` : '');
+  let response: Response;
+  try {
+    response = await ServerConnection.makeRequest(url, init, settings);
+  } catch (error) {
+    throw new ApiError({ status: 0, text: String(error) }, url);
+  }
+  const text = await response.text();
+  let json: unknown = undefined;
+  try {
+    json = text ? JSON.parse(text) : {};
+  } catch {
+    json = undefined;
+  }
+  if (!response.ok || json === undefined) {
+    throw new ApiError({ status: response.ok ? 404 : response.status, json, text }, url);
+  }
+  return json as T;
+}
+
+function jsonInit(method: string, body?: unknown): RequestInit {
+  return body === undefined
+    ? { method }
+    : { method, body: JSON.stringify(body), headers: { 'Content-Type': 'application/json' } };
+}
+
+/** `POST /jobs/dryrun` and `GET /jobs/{id}/dryrun` reply. */
+export interface IDryRun {
+  backend: string;
+  text: string;
+  request?: Record<string, unknown>;
+  manifest?: unknown;
+}
+
+export interface ILogChunk {
+  rank: number;
+  lines: string[];
+  cursor: number;
+  truncated: boolean;
+  ranks: number[];
+}
+
+export interface IMetricsChunk {
+  events: IMetricEvent[];
+  cursor: number;
+}
+
+export const api = {
+  listJobs(state = ''): Promise<{ jobs: IJob[] }> {
+    return requestAPI('jobs', {}, { state });
+  },
+  getJob(id: string): Promise<IJob> {
+    return requestAPI(`jobs/${encodeURIComponent(id)}`);
+  },
+  submit(body: ISubmitBody): Promise<IJob> {
+    return requestAPI('jobs', jsonInit('POST', body));
+  },
+  previewDryRun(body: ISubmitBody): Promise<IDryRun> {
+    return requestAPI('jobs/dryrun', jsonInit('POST', body));
+  },
+  jobDryRun(id: string): Promise<IDryRun> {
+    return requestAPI(`jobs/${encodeURIComponent(id)}/dryrun`);
+  },
+  cancel(id: string): Promise<IJob> {
+    return requestAPI(`jobs/${encodeURIComponent(id)}`, jsonInit('DELETE'));
+  },
+  metrics(id: string, since: number): Promise<IMetricsChunk> {
+    return requestAPI(`jobs/${encodeURIComponent(id)}/metrics`, {}, { since });
+  },
+  logs(id: string, rank: number, since: number): Promise<ILogChunk> {
+    return requestAPI(`jobs/${encodeURIComponent(id)}/logs`, {}, { rank, since });
+  },
+  tensorboard(id: string): Promise<{ url: string }> {
+    return requestAPI(`jobs/${encodeURIComponent(id)}/tensorboard`, jsonInit('POST', {}));
+  }
+};

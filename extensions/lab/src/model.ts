@@ -1,0 +1,411 @@
+/**
+ * The panel's logic, free of JupyterLab and the DOM so that it can be unit-tested
+ * with the node test runner: job list filtering and ordering, elapsed times, the
+ * main metric, incremental metric series for the charts, bounded per-rank log
+ * buffers, launch-form validation and the one-line explanation of a failed request.
+ */
+
+/** Job states, as the server reports them (alchemist.spec.JobState). */
+export const JOB_STATES = [
+  'pending',
+  'running',
+  'restarting',
+  'succeeded',
+  'failed',
+  'cancelled'
+] as const;
+export type JobState = (typeof JOB_STATES)[number];
+
+export const TERMINAL_STATES: ReadonlySet<string> = new Set([
+  'succeeded',
+  'failed',
+  'cancelled'
+]);
+
+/** Algorithms a job may use (alchemist.spec.ALGORITHMS). */
+export const ALGORITHMS = ['sync', 'async', 'bmuf', 'easgd', 'horovod'] as const;
+
+/** Backends the form offers. */
+export const BACKENDS = ['local', 'kubernetes'] as const;
+
+/** One metric event, as written by the worker-side reporter. */
+export interface IMetricEvent {
+  job_id?: string;
+  rank: number;
+  step: number;
+  time?: number;
+  values: Record<string, number>;
+}
+
+/** A job as `GET /alchemist/api/v1/jobs` returns it (Job.to_dict plus `latest`). */
+export interface IJob {
+  id: string;
+  name: string;
+  owner: string;
+  backend: string;
+  state: string;
+  reason?: string | null;
+  created: number;
+  started?: number | null;
+  finished?: number | null;
+  spec?: Record<string, unknown>;
+  job_dir?: string;
+  /** The newest metric event of the job, if it logged any. */
+  latest?: IMetricEvent | null;
+}
+
+/** True when the job will not change state again. */
+export function isTerminal(state: string): boolean {
+  return TERMINAL_STATES.has(state);
+}
+
+/**
+ * Jobs newest first, keeping only those in `state` (all when `state` is empty).
+ * Ties on the creation time are broken by id so the order is stable between polls.
+ */
+export function filterAndSort(jobs: readonly IJob[], state: string): IJob[] {
+  return jobs
+    .filter(j => !state || j.state === state)
+    .sort((a, b) => b.created - a.created || (a.id < b.id ? 1 : a.id > b.id ? -1 : 0));
+}
+
+/**
+ * Seconds a job has run: from its start (its creation while pending) to its end
+ * (now while it runs). Never negative.
+ */
+export function elapsedSeconds(job: IJob, nowSeconds: number): number {
+  const start = job.started ?? job.created;
+  const end = job.finished ?? (isTerminal(job.state) ? start : nowSeconds);
+  return Math.max(0, end - start);
+}
+
+/** `42s`, `3m 05s`, `2h 07m`, `1d 03h`. */
+export function formatElapsed(seconds: number): string {
+  const s = Math.floor(Math.max(0, seconds));
+  const pad = (n: number) => String(n).padStart(2, '0');
+  if (s < 60) {
+    return `${s}s`;
+  }
+  if (s < 3600) {
+    return `${Math.floor(s / 60)}m ${pad(s % 60)}s`;
+  }
+  if (s < 86400) {
+    return `${Math.floor(s / 3600)}h ${pad(Math.floor((s % 3600) / 60))}m`;
+  }
+  return `${Math.floor(s / 86400)}d ${pad(Math.floor((s % 86400) / 3600))}h`;
+}
+
+/** Metric names preferred as "the" metric of a job, best first. */
+const MAIN_METRIC_PREFERENCE = ['loss', 'train_loss', 'training_loss', 'val_loss', 'accuracy'];
+
+/**
+ * The metric to show for a job: `loss` (or a close variant) when logged, else the
+ * alphabetically first name. Undefined when there is none.
+ */
+export function pickMainMetric(names: Iterable<string>): string | undefined {
+  const all = Array.from(new Set(names)).sort();
+  for (const preferred of MAIN_METRIC_PREFERENCE) {
+    if (all.includes(preferred)) {
+      return preferred;
+    }
+  }
+  return all[0];
+}
+
+/** A number in at most 4 significant digits (`0.1235`, `1.235e+4`). */
+export function formatNumber(value: number): string {
+  if (!Number.isFinite(value)) {
+    return String(value);
+  }
+  const abs = Math.abs(value);
+  if (abs !== 0 && (abs >= 1e4 || abs < 1e-3)) {
+    return value.toExponential(3);
+  }
+  return String(Number(value.toPrecision(4)));
+}
+
+/** `loss 0.1235 @ 40` for the job list, or an empty string before any metric. */
+export function describeLatest(latest: IMetricEvent | null | undefined): string {
+  if (!latest || !latest.values) {
+    return '';
+  }
+  const name = pickMainMetric(Object.keys(latest.values));
+  if (name === undefined) {
+    return '';
+  }
+  return `${name} ${formatNumber(latest.values[name])} @ ${latest.step}`;
+}
+
+/**
+ * Metric events of one job gathered across polls, shaped for uPlot: per metric, one
+ * shared x axis (steps, ascending) and one y series per rank with nulls where a
+ * rank did not log that step.
+ *
+ * Memory is bounded: past `maxSteps` distinct steps of a metric, every other step is
+ * dropped (the first and the latest are always kept), so a long run keeps its shape.
+ */
+export class MetricSeries {
+  constructor(readonly maxSteps = 4000) {}
+
+  /** Add events in any order; a repeated (metric, rank, step) keeps the latest value. */
+  add(events: readonly IMetricEvent[]): void {
+    for (const ev of events) {
+      if (!ev || typeof ev.step !== 'number' || !ev.values) {
+        continue;
+      }
+      for (const [name, value] of Object.entries(ev.values)) {
+        if (typeof value !== 'number') {
+          continue;
+        }
+        let metric = this._data.get(name);
+        if (!metric) {
+          metric = new Map();
+          this._data.set(name, metric);
+        }
+        let perRank = metric.get(ev.step);
+        if (!perRank) {
+          perRank = new Map();
+          metric.set(ev.step, perRank);
+        }
+        perRank.set(ev.rank, value);
+        this._ranks.add(ev.rank);
+        if (metric.size > this.maxSteps) {
+          this._decimate(metric);
+        }
+      }
+    }
+  }
+
+  /** Logged metric names, sorted, main metric first. */
+  metricNames(): string[] {
+    const names = Array.from(this._data.keys()).sort();
+    const main = pickMainMetric(names);
+    return main === undefined ? names : [main, ...names.filter(n => n !== main)];
+  }
+
+  /** Ranks that logged anything, ascending. */
+  ranks(): number[] {
+    return Array.from(this._ranks).sort((a, b) => a - b);
+  }
+
+  /** Number of distinct steps kept for `metric`. */
+  size(metric: string): number {
+    return this._data.get(metric)?.size ?? 0;
+  }
+
+  /**
+   * uPlot's aligned data for `metric`: `[steps, rank r0 values, rank r1 values, ...]`
+   * with one y array per entry of {@link ranks}.
+   */
+  aligned(metric: string): [number[], ...(number | null)[][]] {
+    const metricData = this._data.get(metric) ?? new Map<number, Map<number, number>>();
+    const steps = Array.from(metricData.keys()).sort((a, b) => a - b);
+    const ranks = this.ranks();
+    const ys = ranks.map(rank => steps.map(step => metricData.get(step)?.get(rank) ?? null));
+    return [steps, ...ys];
+  }
+
+  private _decimate(metric: Map<number, Map<number, number>>): void {
+    const steps = Array.from(metric.keys()).sort((a, b) => a - b);
+    for (let i = 1; i < steps.length - 1; i += 2) {
+      metric.delete(steps[i]);
+    }
+  }
+
+  private _data = new Map<string, Map<number, Map<number, number>>>();
+  private _ranks = new Set<number>();
+}
+
+/**
+ * The tail of one rank's log, bounded to `maxLines` lines (the oldest are dropped and
+ * counted), with the byte cursor for the next request.
+ */
+export class LogBuffer {
+  constructor(readonly maxLines = 2000) {}
+
+  cursor = 0;
+  dropped = 0;
+
+  get lines(): readonly string[] {
+    return this._lines;
+  }
+
+  /** Append lines read from `cursor` and move the cursor to `nextCursor`. */
+  append(lines: readonly string[], nextCursor: number): void {
+    this._lines.push(...lines);
+    const excess = this._lines.length - this.maxLines;
+    if (excess > 0) {
+      this._lines.splice(0, excess);
+      this.dropped += excess;
+    }
+    this.cursor = nextCursor;
+  }
+
+  /** The text to show, with a first line saying how many older lines were dropped. */
+  text(): string {
+    const head = this.dropped > 0 ? [`… ${this.dropped} earlier lines not shown`] : [];
+    return [...head, ...this._lines].join('\n');
+  }
+
+  private _lines: string[] = [];
+}
+
+/** What the launch form holds, as typed by the user. */
+export interface ILaunchForm {
+  path: string;
+  workers: string;
+  gpusPerWorker: string;
+  algorithm: string;
+  backend: string;
+  name: string;
+  env: string;
+}
+
+/** The JSON body of `POST /alchemist/api/v1/jobs` (and `/jobs/dryrun`). */
+export interface ISubmitBody {
+  path: string;
+  workers: number;
+  gpus_per_worker: number;
+  algorithm: string;
+  backend: string;
+  name?: string;
+  env: Record<string, string>;
+}
+
+export type FormResult =
+  | { ok: true; body: ISubmitBody }
+  | { ok: false; field: keyof ILaunchForm; message: string };
+
+const ENV_KEY = /^[A-Za-z_][A-Za-z0-9_]*$/;
+const JOB_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
+
+/**
+ * Parse environment variables typed one `KEY=VALUE` a line (blank lines and lines
+ * starting with `#` are skipped; the value may contain `=`).
+ */
+export function parseEnv(text: string): { env: Record<string, string> } | { error: string } {
+  const env: Record<string, string> = {};
+  const lines = text.split(/\r?\n/);
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i].trim();
+    if (!line || line.startsWith('#')) {
+      continue;
+    }
+    const eq = line.indexOf('=');
+    if (eq <= 0) {
+      return { error: `line ${i + 1}: write KEY=VALUE, got ${JSON.stringify(line)}` };
+    }
+    const key = line.slice(0, eq).trim();
+    if (!ENV_KEY.test(key)) {
+      return { error: `line ${i + 1}: ${JSON.stringify(key)} is not a valid variable name` };
+    }
+    env[key] = line.slice(eq + 1);
+  }
+  return { env };
+}
+
+function parseCount(text: string, min: number): number | undefined {
+  const t = text.trim();
+  if (!/^\d+$/.test(t)) {
+    return undefined;
+  }
+  const n = Number(t);
+  return n >= min && Number.isSafeInteger(n) ? n : undefined;
+}
+
+/**
+ * Check the launch form and build the request body; on a mistake, name the field and
+ * say what to type. The server validates again: this only saves a round trip.
+ */
+export function validateForm(form: ILaunchForm): FormResult {
+  const path = form.path.trim().replace(/^\/+/, '');
+  if (!path) {
+    return { ok: false, field: 'path', message: 'choose a .py or .ipynb file to run' };
+  }
+  if (!/\.(py|ipynb)$/.test(path)) {
+    return { ok: false, field: 'path', message: `${path} is not a .py or .ipynb file` };
+  }
+  const workers = parseCount(form.workers, 1);
+  if (workers === undefined) {
+    return { ok: false, field: 'workers', message: 'workers must be a whole number ≥ 1' };
+  }
+  const gpus = parseCount(form.gpusPerWorker, 0);
+  if (gpus === undefined) {
+    return {
+      ok: false,
+      field: 'gpusPerWorker',
+      message: 'GPUs per worker must be a whole number ≥ 0'
+    };
+  }
+  if (!(ALGORITHMS as readonly string[]).includes(form.algorithm)) {
+    return {
+      ok: false,
+      field: 'algorithm',
+      message: `choose one of ${ALGORITHMS.join(', ')}`
+    };
+  }
+  if (!form.backend.trim()) {
+    return { ok: false, field: 'backend', message: 'choose a backend' };
+  }
+  const name = form.name.trim();
+  if (name && !JOB_NAME.test(name)) {
+    return {
+      ok: false,
+      field: 'name',
+      message: "use 1-63 letters, digits, '.', '-' or '_', starting with a letter or digit"
+    };
+  }
+  const parsed = parseEnv(form.env);
+  if ('error' in parsed) {
+    return { ok: false, field: 'env', message: parsed.error };
+  }
+  const body: ISubmitBody = {
+    path,
+    workers,
+    gpus_per_worker: gpus,
+    algorithm: form.algorithm,
+    backend: form.backend.trim(),
+    env: parsed.env
+  };
+  if (name) {
+    body.name = name;
+  }
+  return { ok: true, body };
+}
+
+/** What a failed request looked like, for {@link explainFailure}. */
+export interface IFailure {
+  /** HTTP status; 0 when no response came (network down, server stopped). */
+  status: number;
+  /** The parsed JSON body, or undefined when the body was not JSON. */
+  json?: unknown;
+  /** The raw body (an HTML page when the route does not exist). */
+  text?: string;
+}
+
+export const EXTENSION_MISSING =
+  'The Alchemist server extension is not running on this Jupyter server. ' +
+  'Install alchemist in the server’s environment, run ' +
+  '`jupyter server extension enable alchemist` and restart the server.';
+
+/**
+ * One line for the panel's message area: the server's own `message` when it sent
+ * one, the missing-extension advice when the route does not exist, a reconnect hint
+ * when the server did not answer.
+ */
+export function explainFailure(failure: IFailure): string {
+  const json = failure.json as { message?: unknown } | undefined;
+  if (json && typeof json === 'object' && typeof json.message === 'string' && json.message) {
+    return json.message;
+  }
+  if (failure.status === 0) {
+    return 'Cannot reach the Jupyter server: check that it is running, then reload the page.';
+  }
+  if (failure.status === 404) {
+    return EXTENSION_MISSING;
+  }
+  if (failure.status === 403) {
+    return 'The Jupyter server refused the request: log in again, then reload the page.';
+  }
+  return `The Alchemist server answered ${failure.status}: see the Jupyter server’s log.`;
+}

@@ -1,0 +1,604 @@
+/**
+ * The Alchemist side panel (launch form and job list) and the job view opened in the
+ * main area (learning curves, per-rank logs, spec, cancel, TensorBoard, attach cell).
+ *
+ * Both poll the REST API with a Lumino `Poll` that stands by while the widget is not
+ * visible or the browser tab is hidden, so a closed panel costs the server nothing.
+ */
+import { Poll } from '@lumino/polling';
+import { Widget } from '@lumino/widgets';
+
+import { ApiError, api } from './api';
+import { CurveCharts } from './chart';
+import {
+  ALGORITHMS,
+  BACKENDS,
+  IJob,
+  ILaunchForm,
+  ISubmitBody,
+  JOB_STATES,
+  LogBuffer,
+  MetricSeries,
+  describeLatest,
+  elapsedSeconds,
+  filterAndSort,
+  formatElapsed,
+  isTerminal,
+  validateForm
+} from './model';
+
+/** User settings (schema/plugin.json). */
+export interface IPanelSettings {
+  pollInterval: number;
+  defaultBackend: string;
+  defaultWorkers: number;
+  defaultAlgorithm: string;
+}
+
+export const DEFAULT_SETTINGS: IPanelSettings = {
+  pollInterval: 2000,
+  defaultBackend: 'local',
+  defaultWorkers: 2,
+  defaultAlgorithm: 'sync'
+};
+
+/** What the panel asks of the application (commands live in index.ts). */
+export interface IPanelHost {
+  openJob(id: string): void;
+  insertAttachCell(id: string): void;
+}
+
+type Attrs = Record<string, string | number | boolean | undefined>;
+
+/** Create an element; `class` sets className, `data-*` and other keys set attributes. */
+function h<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  attrs: Attrs = {},
+  ...children: (Node | string)[]
+): HTMLElementTagNameMap[K] {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === undefined || value === false) {
+      continue;
+    }
+    if (key === 'class') {
+      el.className = String(value);
+    } else {
+      el.setAttribute(key, value === true ? '' : String(value));
+    }
+  }
+  el.append(...children);
+  return el;
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/** A one-line message area: errors in red, notes in the normal colour. */
+class MessageLine {
+  readonly node = h('div', { class: 'jp-Alchemist-message', role: 'status' });
+
+  error(text: string): void {
+    this.node.textContent = text;
+    this.node.dataset.kind = 'error';
+  }
+
+  note(text: string): void {
+    this.node.textContent = text;
+    this.node.dataset.kind = 'note';
+  }
+
+  clear(): void {
+    this.node.textContent = '';
+    delete this.node.dataset.kind;
+  }
+}
+
+/** The left-sidebar panel: launch form on top, the user's jobs below. */
+export class AlchemistPanel extends Widget {
+  constructor(
+    private _host: IPanelHost,
+    private _settings: IPanelSettings = DEFAULT_SETTINGS
+  ) {
+    super();
+    this.id = 'alchemist-panel';
+    this.addClass('jp-Alchemist-panel');
+    this.title.caption = 'Alchemist jobs';
+    this._build();
+    this._poll = new Poll({
+      auto: false,
+      factory: () => this.refresh(),
+      frequency: { interval: _settings.pollInterval, backoff: true, max: 60_000 },
+      name: 'alchemist:jobs',
+      standby: () => (this.isVisible ? 'when-hidden' : true)
+    });
+    void this._poll.start();
+  }
+
+  /** Apply changed settings (poll interval; defaults of an untouched form). */
+  updateSettings(settings: IPanelSettings): void {
+    this._settings = settings;
+    this._poll.frequency = { ...this._poll.frequency, interval: settings.pollInterval };
+    if (!this._formTouched) {
+      this._fillDefaults();
+    }
+  }
+
+  /** Put `path` in the form (the file browser's "Run as Alchemist job"). */
+  setPath(path: string): void {
+    this._inputs.path.value = path;
+    this._formTouched = true;
+    this._formMessage.clear();
+    this._dryrun.textContent = '';
+    this._launch.open = true;
+    this._inputs.path.focus();
+  }
+
+  /** Fetch the job list now. Errors go to the message line and are rethrown for backoff. */
+  async refresh(): Promise<void> {
+    try {
+      const { jobs } = await api.listJobs();
+      this._jobs = jobs;
+      this._listMessage.clear();
+      this._renderJobs();
+    } catch (error) {
+      this._listMessage.error(messageOf(error));
+      throw error;
+    }
+  }
+
+  /** Show the dry-run of the form's job. */
+  async showDryRun(): Promise<void> {
+    const body = this._readForm();
+    if (!body) {
+      return;
+    }
+    this._formMessage.note('Preparing the dry run…');
+    try {
+      const info = await api.previewDryRun(body);
+      this._dryrun.textContent = info.text;
+      this._formMessage.clear();
+    } catch (error) {
+      this._dryrun.textContent = '';
+      this._formMessage.error(messageOf(error));
+    }
+  }
+
+  /** Submit the form's job; on success open it. */
+  async submit(): Promise<IJob | undefined> {
+    const body = this._readForm();
+    if (!body) {
+      return undefined;
+    }
+    this._submitButton.disabled = true;
+    this._formMessage.note('Submitting…');
+    try {
+      const job = await api.submit(body);
+      this._formMessage.note(`Submitted ${job.name} (${job.id}).`);
+      void this._poll.refresh();
+      this._host.openJob(job.id);
+      return job;
+    } catch (error) {
+      this._formMessage.error(messageOf(error));
+      return undefined;
+    } finally {
+      this._submitButton.disabled = false;
+    }
+  }
+
+  protected onAfterShow(): void {
+    void this._poll.refresh();
+  }
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._poll.dispose();
+    window.clearInterval(this._clock);
+    super.dispose();
+  }
+
+  private _readForm(): ISubmitBody | undefined {
+    const form: ILaunchForm = {
+      path: this._inputs.path.value,
+      workers: this._inputs.workers.value,
+      gpusPerWorker: this._inputs.gpusPerWorker.value,
+      algorithm: this._inputs.algorithm.value,
+      backend: this._inputs.backend.value,
+      name: this._inputs.name.value,
+      env: this._inputs.env.value
+    };
+    const result = validateForm(form);
+    for (const input of Object.values(this._inputs)) {
+      input.removeAttribute('aria-invalid');
+    }
+    if (!result.ok) {
+      this._inputs[result.field].setAttribute('aria-invalid', 'true');
+      this._formMessage.error(result.message);
+      return undefined;
+    }
+    return result.body;
+  }
+
+  private _fillDefaults(): void {
+    this._inputs.workers.value = String(this._settings.defaultWorkers);
+    this._inputs.backend.value = this._settings.defaultBackend;
+    this._inputs.algorithm.value = this._settings.defaultAlgorithm;
+  }
+
+  private _build(): void {
+    const field = (label: string, input: HTMLElement) =>
+      h('label', { class: 'jp-Alchemist-field' }, h('span', {}, label), input);
+    const select = (name: string, options: readonly string[]) =>
+      h(
+        'select',
+        { name, class: 'jp-mod-styled' },
+        ...options.map(o => h('option', { value: o }, o))
+      );
+    this._inputs = {
+      path: h('input', {
+        name: 'path',
+        class: 'jp-mod-styled',
+        placeholder: 'train.py or notebook.ipynb'
+      }),
+      workers: h('input', { name: 'workers', class: 'jp-mod-styled', type: 'number', min: 1 }),
+      gpusPerWorker: h('input', {
+        name: 'gpus_per_worker',
+        class: 'jp-mod-styled',
+        type: 'number',
+        min: 0,
+        value: 0
+      }),
+      algorithm: select('algorithm', ALGORITHMS),
+      backend: select('backend', BACKENDS),
+      name: h('input', { name: 'name', class: 'jp-mod-styled', placeholder: 'optional' }),
+      env: h('textarea', {
+        name: 'env',
+        class: 'jp-mod-styled',
+        rows: 2,
+        placeholder: 'KEY=VALUE, one a line'
+      })
+    };
+    this._fillDefaults();
+    for (const input of Object.values(this._inputs)) {
+      input.addEventListener('input', () => {
+        this._formTouched = true;
+      });
+    }
+    const dryButton = h('button', { class: 'jp-Button jp-mod-styled', type: 'button' }, 'Dry run');
+    dryButton.addEventListener('click', () => void this.showDryRun());
+    this._submitButton = h(
+      'button',
+      { class: 'jp-Button jp-mod-styled jp-mod-accept', type: 'submit' },
+      'Submit'
+    );
+    const form = h(
+      'form',
+      { class: 'jp-Alchemist-form' },
+      field('File', this._inputs.path),
+      h(
+        'div',
+        { class: 'jp-Alchemist-row' },
+        field('Workers', this._inputs.workers),
+        field('GPUs / worker', this._inputs.gpusPerWorker)
+      ),
+      h(
+        'div',
+        { class: 'jp-Alchemist-row' },
+        field('Algorithm', this._inputs.algorithm),
+        field('Backend', this._inputs.backend)
+      ),
+      field('Name', this._inputs.name),
+      field('Environment', this._inputs.env),
+      h('div', { class: 'jp-Alchemist-buttons' }, dryButton, this._submitButton),
+      this._formMessage.node,
+      this._dryrun
+    );
+    form.addEventListener('submit', event => {
+      event.preventDefault();
+      void this.submit();
+    });
+    this._launch = h('details', { class: 'jp-Alchemist-launch', open: true });
+    this._launch.append(h('summary', {}, 'Launch a job'), form);
+
+    this._stateFilter = select('state', ['', ...JOB_STATES]);
+    this._stateFilter.options[0].textContent = 'all states';
+    this._stateFilter.addEventListener('change', () => this._renderJobs());
+    const jobsHeader = h(
+      'div',
+      { class: 'jp-Alchemist-jobsHeader' },
+      h('h3', {}, 'Jobs'),
+      this._stateFilter
+    );
+    this.node.append(
+      h('h2', { class: 'jp-Alchemist-title' }, 'Alchemist'),
+      this._launch,
+      jobsHeader,
+      this._listMessage.node,
+      this._list
+    );
+    // Elapsed times of running jobs tick between polls.
+    this._clock = window.setInterval(() => {
+      if (this.isVisible) {
+        this._renderJobs();
+      }
+    }, 1000);
+  }
+
+  private _renderJobs(): void {
+    const now = Date.now() / 1000;
+    const jobs = filterAndSort(this._jobs, this._stateFilter.value);
+    const rows = jobs.map(job => {
+      const row = h(
+        'li',
+        {
+          class: 'jp-Alchemist-job',
+          'data-job-id': job.id,
+          'data-state': job.state,
+          title: job.reason ? `${job.id}: ${job.reason}` : job.id,
+          tabindex: 0
+        },
+        h('span', { class: 'jp-Alchemist-jobName' }, job.name),
+        h('span', { class: `jp-Alchemist-state jp-Alchemist-state-${job.state}` }, job.state),
+        h('span', { class: 'jp-Alchemist-elapsed' }, formatElapsed(elapsedSeconds(job, now))),
+        h('span', { class: 'jp-Alchemist-metric' }, describeLatest(job.latest))
+      );
+      const open = () => this._host.openJob(job.id);
+      row.addEventListener('click', open);
+      row.addEventListener('keydown', event => {
+        if (event.key === 'Enter') {
+          open();
+        }
+      });
+      return row;
+    });
+    if (rows.length === 0) {
+      rows.push(
+        h(
+          'li',
+          { class: 'jp-Alchemist-empty' },
+          this._jobs.length ? 'No job in this state.' : 'No jobs yet.'
+        )
+      );
+    }
+    this._list.replaceChildren(...rows);
+  }
+
+  private _inputs!: {
+    path: HTMLInputElement;
+    workers: HTMLInputElement;
+    gpusPerWorker: HTMLInputElement;
+    algorithm: HTMLSelectElement;
+    backend: HTMLSelectElement;
+    name: HTMLInputElement;
+    env: HTMLTextAreaElement;
+  };
+  private _launch!: HTMLDetailsElement;
+  private _submitButton!: HTMLButtonElement;
+  private _stateFilter!: HTMLSelectElement;
+  private _formTouched = false;
+  private _formMessage = new MessageLine();
+  private _listMessage = new MessageLine();
+  private _dryrun = h('pre', { class: 'jp-Alchemist-dryrun' });
+  private _list = h('ul', { class: 'jp-Alchemist-jobs' });
+  private _jobs: IJob[] = [];
+  private _poll: Poll;
+  private _clock = 0;
+}
+
+/** One job in the main area: curves, logs, spec and actions. */
+export class JobView extends Widget {
+  constructor(
+    readonly jobId: string,
+    private _host: IPanelHost,
+    pollInterval: number
+  ) {
+    super();
+    this.id = `alchemist-job-${jobId}`;
+    this.addClass('jp-Alchemist-jobView');
+    this.title.label = `Job ${jobId}`;
+    this.title.closable = true;
+    this._build();
+    this._poll = new Poll({
+      auto: false,
+      factory: () => this.refresh(),
+      frequency: { interval: pollInterval, backoff: true, max: 60_000 },
+      name: `alchemist:job:${jobId}`,
+      standby: () => (this.isVisible ? 'when-hidden' : true)
+    });
+    void this._poll.start();
+  }
+
+  /** Fetch the job's state, new metric events and new log lines. */
+  async refresh(): Promise<void> {
+    try {
+      const job = await api.getJob(this.jobId);
+      this._job = job;
+      this._renderHeader(job);
+      const chunk = await api.metrics(this.jobId, this._metricsCursor);
+      this._metricsCursor = chunk.cursor;
+      if (chunk.events.length) {
+        this._series.add(chunk.events);
+      }
+      if (this._series.metricNames().length) {
+        this._noCurves.remove();
+        this._charts.update(this._series);
+      }
+      await this._refreshLogs();
+      this._message.clear();
+      if (isTerminal(job.state) && !this._finalRead) {
+        // One more pass reads whatever the workers wrote just before they exited.
+        this._finalRead = true;
+        return;
+      }
+      if (isTerminal(job.state) && this._finalRead) {
+        this._poll.stop();
+      }
+    } catch (error) {
+      this._message.error(messageOf(error));
+      if (error instanceof ApiError && error.failure.status === 404 && error.failure.json) {
+        this._poll.stop(); // the job is gone: polling again will not bring it back
+        return;
+      }
+      throw error;
+    }
+  }
+
+  /** Ask the server to cancel the job. */
+  async cancel(): Promise<void> {
+    this._cancelButton.disabled = true;
+    try {
+      const job = await api.cancel(this.jobId);
+      this._renderHeader(job);
+      void this._poll.refresh();
+    } catch (error) {
+      this._message.error(messageOf(error));
+      this._cancelButton.disabled = false;
+    }
+  }
+
+  /** Open the job's TensorBoard in a new browser tab. */
+  async openTensorBoard(): Promise<void> {
+    // Open the tab inside the click (popup blockers), then point it at TensorBoard.
+    const tab = window.open('', '_blank');
+    this._message.note('Starting TensorBoard…');
+    try {
+      const { url } = await api.tensorboard(this.jobId);
+      if (tab) {
+        tab.location.href = url;
+      } else {
+        window.open(url, '_blank');
+      }
+      this._message.clear();
+    } catch (error) {
+      tab?.close();
+      this._message.error(messageOf(error));
+    }
+  }
+
+  protected onAfterShow(): void {
+    void this._poll.refresh();
+  }
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._poll.dispose();
+    this._charts.dispose();
+    super.dispose();
+  }
+
+  private async _refreshLogs(): Promise<void> {
+    const rank = Number(this._rankSelect.value || 0);
+    let buffer = this._logs.get(rank);
+    if (!buffer) {
+      buffer = new LogBuffer();
+      this._logs.set(rank, buffer);
+    }
+    // Read what is waiting, a bounded page at a time, up to a few pages per poll.
+    for (let page = 0; page < 5; page++) {
+      const chunk = await api.logs(this.jobId, rank, buffer.cursor);
+      buffer.append(chunk.lines, chunk.cursor);
+      this._renderRanks(chunk.ranks);
+      if (!chunk.truncated) {
+        break;
+      }
+    }
+    if (Number(this._rankSelect.value || 0) === rank) {
+      const atBottom =
+        this._logView.scrollTop + this._logView.clientHeight >= this._logView.scrollHeight - 4;
+      this._logView.textContent = buffer.text();
+      if (atBottom) {
+        this._logView.scrollTop = this._logView.scrollHeight;
+      }
+    }
+  }
+
+  private _renderRanks(ranks: number[]): void {
+    const known = Array.from(this._rankSelect.options).map(o => Number(o.value));
+    const all = Array.from(new Set([...known, ...ranks, 0])).sort((a, b) => a - b);
+    if (all.length === known.length) {
+      return;
+    }
+    const current = this._rankSelect.value || '0';
+    this._rankSelect.replaceChildren(
+      ...all.map(r => h('option', { value: r }, `rank ${r}`))
+    );
+    this._rankSelect.value = current;
+  }
+
+  private _renderHeader(job: IJob): void {
+    this.title.label = `${job.name} (${job.id})`;
+    this._state.textContent = job.state;
+    this._state.className = `jp-Alchemist-state jp-Alchemist-state-${job.state}`;
+    this.node.dataset.state = job.state;
+    const now = Date.now() / 1000;
+    this._detail.textContent =
+      `${job.backend} · ${formatElapsed(elapsedSeconds(job, now))}` +
+      (job.reason ? ` · ${job.reason}` : '');
+    this._cancelButton.disabled = isTerminal(job.state);
+    this._spec.textContent = JSON.stringify(job.spec ?? {}, null, 2);
+  }
+
+  private _build(): void {
+    const button = (label: string, action: () => void, extra = '') => {
+      const b = h('button', { class: `jp-Button jp-mod-styled ${extra}`, type: 'button' }, label);
+      b.addEventListener('click', action);
+      return b;
+    };
+    this._cancelButton = button('Cancel', () => void this.cancel(), 'jp-mod-warn');
+    this._rankSelect.addEventListener('change', () => {
+      this._logView.textContent = '';
+      void this._poll.refresh();
+    });
+    this._rankSelect.append(h('option', { value: 0 }, 'rank 0'));
+    this.node.append(
+      h(
+        'div',
+        { class: 'jp-Alchemist-jobHeader' },
+        h('h2', {}, this.jobId),
+        this._state,
+        this._detail
+      ),
+      h(
+        'div',
+        { class: 'jp-Alchemist-buttons' },
+        this._cancelButton,
+        button('TensorBoard', () => void this.openTensorBoard()),
+        button('Insert attach cell', () => this._host.insertAttachCell(this.jobId))
+      ),
+      this._message.node,
+      h('h3', {}, 'Learning curves'),
+      this._chartsNode,
+      h('h3', {}, 'Logs ', this._rankSelect),
+      this._logView,
+      h('details', {}, h('summary', {}, 'Spec'), this._spec)
+    );
+    this._chartsNode.append(this._noCurves);
+  }
+
+  private _job: IJob | undefined;
+  private _poll: Poll;
+  private _finalRead = false;
+  private _metricsCursor = 0;
+  private _series = new MetricSeries();
+  private _logs = new Map<number, LogBuffer>();
+  private _message = new MessageLine();
+  private _state = h('span', { class: 'jp-Alchemist-state' });
+  private _detail = h('span', { class: 'jp-Alchemist-detail' });
+  private _cancelButton!: HTMLButtonElement;
+  private _rankSelect = h('select', { class: 'jp-mod-styled', name: 'rank' });
+  private _logView = h('pre', { class: 'jp-Alchemist-logs' });
+  private _spec = h('pre', { class: 'jp-Alchemist-spec' });
+  private _chartsNode = h('div', { class: 'jp-Alchemist-charts' });
+  private _noCurves = h('p', { class: 'jp-Alchemist-empty' }, 'No metrics logged yet.');
+  private _charts = new CurveCharts(this._chartsNode);
+
+  /** The last state seen (for commands). */
+  get job(): IJob | undefined {
+    return this._job;
+  }
+}

@@ -1,0 +1,258 @@
+/**
+ * Unit tests of the panel's model (node's built-in test runner: `jlpm test`).
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+
+import {
+  EXTENSION_MISSING,
+  IJob,
+  ILaunchForm,
+  LogBuffer,
+  MetricSeries,
+  describeLatest,
+  elapsedSeconds,
+  explainFailure,
+  filterAndSort,
+  formatElapsed,
+  formatNumber,
+  parseEnv,
+  pickMainMetric,
+  validateForm
+} from '../src/model';
+
+function job(id: string, created: number, state = 'running', extra: Partial<IJob> = {}): IJob {
+  return { id, name: id, owner: 'u', backend: 'local', state, created, ...extra };
+}
+
+describe('job list', () => {
+  it('sorts newest first and filters by state', () => {
+    const jobs = [job('a', 1, 'succeeded'), job('b', 3), job('c', 2, 'failed'), job('d', 4)];
+    assert.deepEqual(
+      filterAndSort(jobs, '').map(j => j.id),
+      ['d', 'b', 'c', 'a']
+    );
+    assert.deepEqual(
+      filterAndSort(jobs, 'running').map(j => j.id),
+      ['d', 'b']
+    );
+    assert.deepEqual(filterAndSort(jobs, 'cancelled'), []);
+  });
+
+  it('breaks ties on creation time by id, stably', () => {
+    const jobs = [job('x1', 5), job('x3', 5), job('x2', 5)];
+    assert.deepEqual(
+      filterAndSort(jobs, '').map(j => j.id),
+      ['x3', 'x2', 'x1']
+    );
+  });
+
+  it('does not reorder the caller’s array', () => {
+    const jobs = [job('a', 1), job('b', 2)];
+    filterAndSort(jobs, '');
+    assert.deepEqual(
+      jobs.map(j => j.id),
+      ['a', 'b']
+    );
+  });
+});
+
+describe('elapsed time', () => {
+  it('counts from start to now while running', () => {
+    assert.equal(elapsedSeconds(job('a', 100, 'running', { started: 110 }), 200), 90);
+  });
+  it('counts from creation while pending', () => {
+    assert.equal(elapsedSeconds(job('a', 100, 'pending'), 130), 30);
+  });
+  it('stops at the end of a finished job', () => {
+    const j = job('a', 100, 'succeeded', { started: 110, finished: 150 });
+    assert.equal(elapsedSeconds(j, 10_000), 40);
+  });
+  it('is zero for a job cancelled before it ran, and never negative', () => {
+    assert.equal(elapsedSeconds(job('a', 100, 'cancelled'), 10_000), 0);
+    assert.equal(elapsedSeconds(job('a', 100, 'running', { started: 120 }), 110), 0);
+  });
+  it('formats seconds, minutes, hours and days', () => {
+    assert.equal(formatElapsed(0), '0s');
+    assert.equal(formatElapsed(59.9), '59s');
+    assert.equal(formatElapsed(185), '3m 05s');
+    assert.equal(formatElapsed(2 * 3600 + 7 * 60 + 3), '2h 07m');
+    assert.equal(formatElapsed(86400 + 3 * 3600), '1d 03h');
+    assert.equal(formatElapsed(-5), '0s');
+  });
+});
+
+describe('main metric', () => {
+  it('prefers loss, then close variants, then the first name', () => {
+    assert.equal(pickMainMetric(['acc', 'loss', 'lr']), 'loss');
+    assert.equal(pickMainMetric(['lr', 'val_loss', 'train_loss']), 'train_loss');
+    assert.equal(pickMainMetric(['zeta', 'alpha']), 'alpha');
+    assert.equal(pickMainMetric([]), undefined);
+  });
+  it('describes the latest event for the list', () => {
+    assert.equal(
+      describeLatest({ rank: 0, step: 40, values: { lr: 0.1, loss: 0.123456 } }),
+      'loss 0.1235 @ 40'
+    );
+    assert.equal(describeLatest(null), '');
+    assert.equal(describeLatest({ rank: 0, step: 1, values: {} }), '');
+  });
+  it('formats numbers compactly', () => {
+    assert.equal(formatNumber(0.123456), '0.1235');
+    assert.equal(formatNumber(12345.6), '1.235e+4');
+    assert.equal(formatNumber(0.0001234), '1.234e-4');
+    assert.equal(formatNumber(0), '0');
+    assert.equal(formatNumber(3), '3');
+  });
+});
+
+describe('MetricSeries', () => {
+  it('aligns ranks on one step axis with gaps as null', () => {
+    const s = new MetricSeries();
+    s.add([
+      { rank: 0, step: 2, values: { loss: 0.5 } },
+      { rank: 0, step: 1, values: { loss: 1.0, acc: 0.1 } },
+      { rank: 1, step: 1, values: { loss: 1.1 } }
+    ]);
+    assert.deepEqual(s.ranks(), [0, 1]);
+    assert.deepEqual(s.metricNames(), ['loss', 'acc']);
+    assert.deepEqual(s.aligned('loss'), [
+      [1, 2],
+      [1.0, 0.5],
+      [1.1, null]
+    ]);
+    assert.deepEqual(s.aligned('acc'), [[1], [0.1], [null]]);
+  });
+
+  it('accumulates across polls and keeps the latest value of a repeated step', () => {
+    const s = new MetricSeries();
+    s.add([{ rank: 0, step: 1, values: { loss: 1 } }]);
+    s.add([
+      { rank: 0, step: 1, values: { loss: 0.9 } },
+      { rank: 0, step: 2, values: { loss: 0.8 } }
+    ]);
+    assert.deepEqual(s.aligned('loss'), [
+      [1, 2],
+      [0.9, 0.8]
+    ]);
+  });
+
+  it('ignores malformed events and non-numeric values', () => {
+    const s = new MetricSeries();
+    s.add([
+      { rank: 0, step: 1, values: { loss: 1, note: 'x' as unknown as number } },
+      { rank: 0 } as never,
+      null as never
+    ]);
+    assert.deepEqual(s.metricNames(), ['loss']);
+  });
+
+  it('stays bounded on long runs and keeps the first and latest steps', () => {
+    const s = new MetricSeries(100);
+    const events = [];
+    for (let step = 0; step < 10_000; step++) {
+      events.push({ rank: 0, step, values: { loss: 1 / (step + 1) } });
+    }
+    s.add(events);
+    assert.ok(s.size('loss') <= 100, `kept ${s.size('loss')} steps`);
+    assert.ok(s.size('loss') >= 50, `kept only ${s.size('loss')} steps`);
+    const [steps] = s.aligned('loss');
+    assert.equal(steps[0], 0);
+    assert.equal(steps[steps.length - 1], 9999);
+  });
+
+  it('returns empty data for an unknown metric', () => {
+    assert.deepEqual(new MetricSeries().aligned('loss'), [[]]);
+  });
+});
+
+describe('LogBuffer', () => {
+  it('appends lines, moves the cursor and bounds the lines kept', () => {
+    const b = new LogBuffer(3);
+    b.append(['a', 'b'], 4);
+    assert.equal(b.cursor, 4);
+    assert.equal(b.text(), 'a\nb');
+    b.append(['c', 'd', 'e'], 10);
+    assert.deepEqual(b.lines, ['c', 'd', 'e']);
+    assert.equal(b.dropped, 2);
+    assert.equal(b.cursor, 10);
+    assert.equal(b.text(), '… 2 earlier lines not shown\nc\nd\ne');
+  });
+});
+
+describe('launch form', () => {
+  const good: ILaunchForm = {
+    path: '/work/train.py',
+    workers: '2',
+    gpusPerWorker: '0',
+    algorithm: 'sync',
+    backend: 'local',
+    name: '',
+    env: 'A=1\n# comment\n\nB = x=y\n'
+  };
+
+  it('builds the request body', () => {
+    const r = validateForm(good);
+    assert.ok(r.ok);
+    assert.deepEqual(r.body, {
+      path: 'work/train.py',
+      workers: 2,
+      gpus_per_worker: 0,
+      algorithm: 'sync',
+      backend: 'local',
+      env: { A: '1', B: ' x=y' }
+    });
+  });
+
+  it('includes a name only when given', () => {
+    const r = validateForm({ ...good, name: ' run-1 ' });
+    assert.ok(r.ok && r.body.name === 'run-1');
+  });
+
+  const bad: [Partial<ILaunchForm>, keyof ILaunchForm, RegExp][] = [
+    [{ path: '' }, 'path', /choose/],
+    [{ path: 'data.csv' }, 'path', /not a \.py or \.ipynb/],
+    [{ workers: '0' }, 'workers', /≥ 1/],
+    [{ workers: '1.5' }, 'workers', /whole number/],
+    [{ workers: 'two' }, 'workers', /whole number/],
+    [{ gpusPerWorker: '-1' }, 'gpusPerWorker', /≥ 0/],
+    [{ algorithm: 'magic' }, 'algorithm', /sync, async/],
+    [{ backend: ' ' }, 'backend', /backend/],
+    [{ name: '-bad name' }, 'name', /letters/],
+    [{ env: 'A=1\nnot a pair' }, 'env', /line 2: write KEY=VALUE/],
+    [{ env: '1X=2' }, 'env', /not a valid variable name/]
+  ];
+  for (const [change, field, message] of bad) {
+    it(`names the field ${field} for ${JSON.stringify(change)}`, () => {
+      const r = validateForm({ ...good, ...change });
+      assert.equal(r.ok, false);
+      if (!r.ok) {
+        assert.equal(r.field, field);
+        assert.match(r.message, message);
+      }
+    });
+  }
+
+  it('parses an empty env as no variables', () => {
+    assert.deepEqual(parseEnv(''), { env: {} });
+  });
+});
+
+describe('explainFailure', () => {
+  it('shows the server’s message', () => {
+    assert.equal(
+      explainFailure({ status: 404, json: { message: 'no job abc' } }),
+      'no job abc'
+    );
+  });
+  it('says the server extension is missing when the route does not exist', () => {
+    assert.equal(explainFailure({ status: 404, text: '<html>404</html>' }), EXTENSION_MISSING);
+  });
+  it('says the server cannot be reached on a network failure', () => {
+    assert.match(explainFailure({ status: 0 }), /Cannot reach the Jupyter server/);
+  });
+  it('gives a status-specific line otherwise', () => {
+    assert.match(explainFailure({ status: 403, text: 'Forbidden' }), /log in again/);
+    assert.match(explainFailure({ status: 500, text: 'boom' }), /answered 500/);
+  });
+});

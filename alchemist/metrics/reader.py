@@ -21,6 +21,8 @@ from alchemist.metrics.tail import read_lines
 
 #: Bytes handed to one ``read_lines`` call; a read loops until the file is drained.
 CHUNK_BYTES = 4 << 20
+#: A longer line is not an event (it is skipped, in pieces).
+MAX_LINE = 64 << 20
 
 REQUIRED_KEYS = ("rank", "step", "values")
 
@@ -59,8 +61,9 @@ class MetricsReader:
 
         Args:
             since: 0, or the cursor a previous read returned.
-            max_bytes: read at most about this many bytes (None: everything there is);
-                the rest is returned by the next read from the returned cursor.
+            max_bytes: stop after about this many bytes (None: read everything there
+                is); the rest comes with the next read from the returned cursor. An
+                event longer than the budget is still returned whole.
 
         Returns:
             ``(events, cursor)``: events in file order and the offset to read from next.
@@ -68,9 +71,15 @@ class MetricsReader:
         events: list[dict[str, Any]] = []
         cursor = since
         budget = max_bytes
+        limit = CHUNK_BYTES if budget is None else max(1, min(CHUNK_BYTES, budget))
         while True:
-            limit = CHUNK_BYTES if budget is None else max(1, min(CHUNK_BYTES, budget))
             lines, new_cursor, more = read_lines(self.path, cursor, limit)
+            # read_lines hands out a line longer than the limit in pieces; an event is
+            # never split, so read again with room for the whole line.
+            piece = more and len(lines) == 1 and new_cursor - cursor == limit
+            if piece and limit < MAX_LINE and parse_event(lines[0]) is None:
+                limit *= 4
+                continue
             for line in lines:
                 event = parse_event(line)
                 if event is None:
@@ -83,6 +92,7 @@ class MetricsReader:
             cursor = new_cursor
             if not more or (budget is not None and budget <= 0):
                 return events, cursor
+            limit = CHUNK_BYTES if budget is None else max(1, min(CHUNK_BYTES, budget))
 
     def read_all(self) -> list[dict[str, Any]]:
         """Every complete event in the file."""

@@ -1,0 +1,147 @@
+"""The ``alchemist`` command: jobs, logs, metrics, cancel, submit, status.
+
+``alchemist submit train.py -n 2`` runs a script (or a notebook's code cells) as a job
+through the same :func:`alchemist.client.submit` as the magic, and follows its logs
+unless ``--detach``. Errors a user can fix print one line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from alchemist import client
+from alchemist.console import LogFollower, status_line
+from alchemist.errors import AlchemistError
+from alchemist.spec import ALGORITHMS, JobState
+
+
+def _kv(items: list[str] | None, flag: str) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise AlchemistError(f"{flag} expects KEY=VALUE, got {item!r}")
+        out[key] = value
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="alchemist", description="Alchemist distributed training jobs")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("submit", help="run a .py script or .ipynb notebook as a job")
+    s.add_argument("file", type=Path)
+    s.add_argument("-n", "--workers", type=int, default=2)
+    s.add_argument("--gpus-per-worker", type=int, default=0)
+    s.add_argument("--backend", default=None)
+    s.add_argument("--name", default=None)
+    s.add_argument("--max-restarts", type=int, default=0)
+    s.add_argument("--timeout", type=float, default=None)
+    s.add_argument("--env", action="append", metavar="K=V")
+    s.add_argument("--algorithm", default="sync", choices=ALGORITHMS)
+    s.add_argument("--algorithm-option", action="append", metavar="K=V")
+    s.add_argument("--global-batch", type=int, default=None)
+    s.add_argument("--detach", action="store_true", help="print the job id and return")
+    s.add_argument("--dry-run", action="store_true", help="print what would run; submit nothing")
+
+    j = sub.add_parser("jobs", help="list your jobs, newest first")
+    j.add_argument("--state", default=None)
+    j.add_argument("--limit", type=int, default=20)
+    j.add_argument("--json", action="store_true")
+
+    for name, help_ in (("status", "show a job"), ("cancel", "cancel a job")):
+        c = sub.add_parser(name, help=help_)
+        c.add_argument("job_id")
+
+    lg = sub.add_parser("logs", help="print a job's logs")
+    lg.add_argument("job_id")
+    lg.add_argument("--rank", type=int, default=None)
+    lg.add_argument("-f", "--follow", action="store_true")
+
+    m = sub.add_parser("metrics", help="print a job's metric events (JSON lines)")
+    m.add_argument("job_id")
+    m.add_argument("--since", type=int, default=0, help="byte cursor to start from")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except AlchemistError as e:
+        print(f"alchemist: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "submit":
+        from alchemist.magics import _coerce
+
+        result = client.submit(
+            args.file,
+            dry_run=args.dry_run,
+            workers=args.workers,
+            gpus_per_worker=args.gpus_per_worker,
+            backend=args.backend,
+            **({"name": args.name} if args.name else {}),
+            max_restarts=args.max_restarts,
+            timeout=args.timeout,
+            env=_kv(args.env, "--env"),
+            algorithm=args.algorithm,
+            algorithm_options={
+                k: _coerce(v) for k, v in _kv(args.algorithm_option, "--algorithm-option").items()
+            },
+            global_batch=args.global_batch,
+        )
+        if args.dry_run:
+            print(result.text)
+            return 0
+        job = result
+        print(f"job {job.id} ({job.name}) submitted", file=sys.stderr)
+        if args.detach:
+            print(job.id)
+            return 0
+        try:
+            status = LogFollower(job, print, max_lines=sys.maxsize).follow()
+        except KeyboardInterrupt:
+            job.cancel()
+            print(f"interrupted: job {job.id} cancelled", file=sys.stderr)
+            return 130
+        print(status_line(job, status), file=sys.stderr)
+        return 0 if status.state == JobState.SUCCEEDED else 1
+    if args.command == "jobs":
+        jobs = client.jobs(state=args.state, limit=args.limit)
+        if args.json:
+            print(json.dumps([j.to_dict() for j in jobs], indent=2))
+        else:
+            from alchemist.magics import format_jobs_table
+
+            print(format_jobs_table(jobs))
+        return 0
+    job = client.attach(args.job_id)
+    if args.command == "status":
+        print(json.dumps(job.to_dict(), indent=2))
+    elif args.command == "cancel":
+        job.cancel()
+        print(status_line(job, job.status()))
+    elif args.command == "logs":
+        ranks = [args.rank] if args.rank is not None else None
+        try:
+            LogFollower(job, print, max_lines=sys.maxsize, ranks=ranks).follow(
+                until_terminal=args.follow
+            )
+        except KeyboardInterrupt:
+            pass
+    elif args.command == "metrics":
+        for event in job.metrics(since=args.since):
+            print(json.dumps(event))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

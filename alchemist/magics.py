@@ -1,0 +1,278 @@
+"""IPython magics: a thin ``magic_arguments`` layer over :mod:`alchemist.client`.
+
+``%load_ext alchemist`` registers:
+
+- ``%%alchemist_distributed [flags]``: run the cell as a distributed job;
+- ``%alchemist_jobs``, ``%alchemist_attach ID``, ``%alchemist_logs ID [--rank R] [--follow]``,
+  ``%alchemist_cancel ID``, ``%alchemist_tensorboard ID``.
+
+Every user mistake (a bad flag, a syntax error in the cell, an unpicklable variable,
+an unknown job) is one ``UsageError`` line; nothing is submitted.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from alchemist import client
+from alchemist.console import DEFAULT_MAX_LINES, LogFollower, status_line
+from alchemist.errors import AlchemistError
+from alchemist.spec import ALGORITHMS, JobState
+
+
+def _parse_kv(items: list[str] | None, flag: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{flag} expects KEY=VALUE, got {item!r}")
+        out[key] = value
+    return out
+
+
+def _coerce(value: str) -> Any:
+    """Algorithm options arrive as text: turn numbers and booleans into Python values."""
+    low = value.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+def _in_widget_frontend() -> bool:
+    """True in a Jupyter kernel (a frontend that can render widgets)."""
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        return shell is not None and shell.__class__.__name__ == "ZMQInteractiveShell"
+    except Exception:  # pragma: no cover
+        return False
+
+
+@magics_class
+class AlchemistMagics(Magics):
+    """The Alchemist magics."""
+
+    @magic_arguments()
+    @argument("-n", "--workers", type=int, default=2, help="number of workers (default 2)")
+    @argument("--gpus-per-worker", type=int, default=0, help="GPUs per worker (default 0: CPU)")
+    @argument("--backend", default=None, help="backend name: local (default) or kubernetes")
+    @argument("--name", default=None, help="a name for the job")
+    @argument("--max-restarts", type=int, default=0, help="restarts after a failure (default 0)")
+    @argument("--timeout", type=float, default=None, help="stop the job after this many seconds")
+    @argument("--env", action="append", metavar="K=V", help="environment variable (repeatable)")
+    @argument("--algorithm", default="sync", help=f"one of {', '.join(ALGORITHMS)}")
+    @argument(
+        "--algorithm-option",
+        action="append",
+        metavar="K=V",
+        help="algorithm parameter (repeatable)",
+    )
+    @argument("--global-batch", type=int, default=None, help="global batch over all ranks")
+    @argument("--image", default=None, help="container image (kubernetes backend)")
+    @argument("--cpu", default=None, help="CPU per worker, e.g. 4 (kubernetes backend)")
+    @argument("--memory", default=None, help="memory per worker, e.g. 16Gi (kubernetes backend)")
+    @argument("--detach", action="store_true", help="return at once with a job handle")
+    @argument("--dry-run", action="store_true", help="print what would run; submit nothing")
+    @argument("-o", "--outputs", default="", help="a,b: copy these variables back from rank 0")
+    @argument(
+        "--max-output-lines", type=int, default=DEFAULT_MAX_LINES, help="lines shown in the cell"
+    )
+    @argument("--no-widget", action="store_true", help="plain text output instead of the monitor")
+    @cell_magic
+    def alchemist_distributed(self, line: str, cell: str) -> Any:
+        """Run this cell as a distributed training job."""
+        args = parse_argstring(self.alchemist_distributed, line)
+        outputs = [o.strip() for o in args.outputs.split(",") if o.strip()]
+        options = dict(
+            workers=args.workers,
+            gpus_per_worker=args.gpus_per_worker,
+            backend=args.backend,
+            name=args.name,
+            max_restarts=args.max_restarts,
+            timeout=args.timeout,
+            env=_parse_kv(args.env, "--env"),
+            outputs=outputs,
+            algorithm=args.algorithm,
+            algorithm_options={
+                k: _coerce(v)
+                for k, v in _parse_kv(args.algorithm_option, "--algorithm-option").items()
+            },
+            global_batch=args.global_batch,
+            image=args.image,
+            cpu=args.cpu,
+            memory=args.memory,
+        )
+        try:
+            result = client.submit(
+                cell, namespace=self.shell.user_ns, dry_run=args.dry_run, **options
+            )
+        except AlchemistError as e:
+            raise UsageError(str(e)) from None
+        if args.dry_run:
+            print(result.text)
+            return None
+        job: client.Job = result
+        if args.detach:
+            print(
+                f"job {job.id} ({job.name}) submitted; follow it with %alchemist_attach {job.id},"
+                f" stop it with %alchemist_cancel {job.id}"
+            )
+            return job
+        status = self._watch(job, args.max_output_lines, use_widget=not args.no_widget)
+        if status.state == JobState.SUCCEEDED and outputs:
+            values = job.outputs()
+            self.shell.user_ns.update(values)
+            print(f"copied back from rank 0: {', '.join(values)}")
+        if status.state == JobState.FAILED:
+            raise UsageError(status_line(job, status) + f" (full logs: %alchemist_logs {job.id})")
+        return None
+
+    def _watch(self, job: client.Job, max_lines: int, use_widget: bool = True) -> Any:
+        """Show the job until it ends; Ctrl-C (interrupt) cancels it and says so."""
+        monitor = None
+        if use_widget and _in_widget_frontend():
+            monitor = _make_monitor(job)
+        follower = LogFollower(job, print, max_lines=max_lines)
+        try:
+            if monitor is not None:
+                status = monitor.follow()
+            else:
+                status = follower.follow()
+        except KeyboardInterrupt:
+            job.cancel()
+            print(f"interrupted: job {job.id} cancelled", file=sys.stderr)
+            return job.status()
+        if monitor is None:
+            summary = follower.summary()
+            if summary:
+                print(summary)
+            print(status_line(job, status))
+        return status
+
+    # -- line magics ---------------------------------------------------------------------
+    @magic_arguments()
+    @argument("--state", default=None, help="only jobs in this state")
+    @argument("--limit", type=int, default=20, help="at most this many (default 20)")
+    @line_magic
+    def alchemist_jobs(self, line: str) -> None:
+        """List your jobs, newest first."""
+        args = parse_argstring(self.alchemist_jobs, line)
+        jobs = client.jobs(state=args.state, limit=args.limit)
+        print(format_jobs_table(jobs))
+
+    @magic_arguments()
+    @argument("job_id", help="the job's id")
+    @argument("--no-widget", action="store_true", help="plain text output instead of the monitor")
+    @line_magic
+    def alchemist_attach(self, line: str) -> Any:
+        """Show a job's whole history and follow it while it runs (also after a kernel restart)."""
+        args = parse_argstring(self.alchemist_attach, line)
+        job = self._attach(args.job_id)
+        self._watch(job, DEFAULT_MAX_LINES, use_widget=not args.no_widget)
+        return job
+
+    @magic_arguments()
+    @argument("job_id", help="the job's id")
+    @argument("--rank", type=int, default=None, help="only this rank")
+    @argument("--follow", action="store_true", help="keep printing until the job ends")
+    @line_magic
+    def alchemist_logs(self, line: str) -> None:
+        """Print a job's logs (every rank, or one)."""
+        args = parse_argstring(self.alchemist_logs, line)
+        job = self._attach(args.job_id)
+        if args.rank is not None and not 0 <= args.rank < job.spec.world_size:
+            raise UsageError(f"--rank must be between 0 and {job.spec.world_size - 1}")
+        ranks = [args.rank] if args.rank is not None else None
+        follower = LogFollower(job, print, max_lines=sys.maxsize, ranks=ranks)
+        try:
+            follower.follow(until_terminal=args.follow)
+        except KeyboardInterrupt:
+            pass  # stop following; the job goes on
+
+    @magic_arguments()
+    @argument("job_id", help="the job's id")
+    @line_magic
+    def alchemist_cancel(self, line: str) -> None:
+        """Cancel a job (stops every worker; a finished job is left as it is)."""
+        args = parse_argstring(self.alchemist_cancel, line)
+        job = self._attach(args.job_id)
+        before = job.status().state
+        job.cancel()
+        if before.is_terminal:
+            print(f"job {job.id} had already {before.value}; nothing to cancel")
+        else:
+            print(status_line(job, job.status()))
+
+    @magic_arguments()
+    @argument("job_id", help="the job's id")
+    @line_magic
+    def alchemist_tensorboard(self, line: str) -> Any:
+        """Start (or reuse) TensorBoard on a job and show where to open it."""
+        args = parse_argstring(self.alchemist_tensorboard, line)
+        job = self._attach(args.job_id)
+        from alchemist.tensorboard import open_tensorboard
+
+        try:
+            handle = open_tensorboard(job)
+        except AlchemistError as e:
+            raise UsageError(str(e)) from None
+        print(f"TensorBoard for job {job.id}: {handle.url}")
+        return handle
+
+    def _attach(self, job_id: str) -> client.Job:
+        try:
+            return client.attach(job_id)
+        except AlchemistError as e:
+            raise UsageError(str(e)) from None
+
+
+def _make_monitor(job: client.Job) -> Any:
+    """The live monitor widget, or None where it cannot be built."""
+    try:
+        from alchemist.widgets import JobMonitor
+    except ImportError:
+        return None
+    monitor = JobMonitor(job)
+    monitor.display()
+    return monitor
+
+
+def format_jobs_table(jobs: list[client.Job]) -> str:
+    if not jobs:
+        return "no jobs yet"
+    rows = [("ID", "NAME", "STATE", "WORLD", "BACKEND", "CREATED", "REASON")]
+    for j in jobs:
+        st = j.status()
+        created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(j.created))
+        rows.append(
+            (
+                j.id,
+                j.name,
+                st.state.value,
+                str(j.spec.world_size),
+                j.backend_name,
+                created,
+                st.reason or "",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1]
+        for r in rows
+    ).rstrip()
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    ipython.register_magics(AlchemistMagics)

@@ -1,0 +1,284 @@
+"""Configure JupyterHub with KubeSpawner from the chart's values.
+
+The chart renders one YAML document, the *hub config*, into a ConfigMap mounted in the
+hub pod; the hub's ``jupyterhub_config.py`` is two lines that call
+:func:`configure_from_file`. Helm resolves every name (services, claims, service
+accounts, the user namespace) before it writes the document, so this module holds no
+naming rules of its own. Its shape::
+
+    hub:        {connectUrl, proxyApiUrl, baseUrl, dbUrl, authenticator, adminUsers,
+                 allowedUsers, allowAll, openSignup}
+    singleuser: {namespace, image, imagePullPolicy, imagePullSecrets, workerImage,
+                 serviceAccount, workerServiceAccount, gpuResource, defaultUrl, uid,
+                 fsGid, startTimeout, cmd, nodeSelector, tolerations, extraEnv,
+                 home: {enabled, capacity, storageClassName, mountPath}, profiles}
+    shared:     {claimName, mountPath}
+    kueue:      {enabled, localQueue}
+
+The notebook pod gets the environment the ``kubernetes`` backend reads
+(:func:`backend_environment`): ``ALCHEMIST_BACKEND=kubernetes``, ``ALCHEMIST_HOME``,
+``ALCHEMIST_K8S_NAMESPACE``, ``ALCHEMIST_K8S_IMAGE``, ``ALCHEMIST_K8S_PVC``,
+``ALCHEMIST_K8S_MOUNT_PATH``, ``ALCHEMIST_K8S_SERVICE_ACCOUNT``,
+``ALCHEMIST_K8S_GPU_RESOURCE`` and ``ALCHEMIST_K8S_QUEUE``.
+
+Nothing here imports torch or kubernetes: the hub image has neither.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from alchemist.hub.profiles import (
+    DEFAULT_GPU_RESOURCE,
+    DEFAULT_PROFILES,
+    HubConfigError,
+    make_profile_list,
+    profile_from_values,
+)
+
+#: Where the chart mounts the hub config document in the hub pod.
+DEFAULT_CONFIG_PATH = "/usr/local/etc/alchemist/hub-config.yaml"
+
+SHARED_VOLUME = "alchemist-shared"
+HOME_VOLUME = "home"
+
+_AUTHENTICATORS = {
+    "native": "nativeauthenticator.NativeAuthenticator",
+    "dummy": "dummy",
+}
+
+
+def _section(values: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    section = values.get(key) or {}
+    if not isinstance(section, Mapping):
+        raise HubConfigError(f"'{key}' must be a mapping, got {type(section).__name__}")
+    return section
+
+
+def _required(section: Mapping[str, Any], key: str, where: str) -> Any:
+    value = section.get(key)
+    if value in (None, ""):
+        raise HubConfigError(f"{where}.{key} is required in the hub config")
+    return value
+
+
+def backend_environment(values: Mapping[str, Any]) -> dict[str, str]:
+    """The environment that configures Alchemist's ``kubernetes`` backend in a notebook.
+
+    Args:
+        values: The hub config document (see the module docstring).
+
+    Returns:
+        Variable name to value; ``ALCHEMIST_K8S_QUEUE`` is present only when Kueue is
+        enabled. ``singleuser.extraEnv`` entries are added last and win.
+
+    Raises:
+        HubConfigError: If a required key is missing.
+    """
+    single = _section(values, "singleuser")
+    shared = _section(values, "shared")
+    kueue = _section(values, "kueue")
+    mount_path = str(_required(shared, "mountPath", "shared"))
+    env = {
+        "ALCHEMIST_BACKEND": "kubernetes",
+        "ALCHEMIST_HOME": mount_path,
+        "ALCHEMIST_K8S_NAMESPACE": str(_required(single, "namespace", "singleuser")),
+        "ALCHEMIST_K8S_IMAGE": str(_required(single, "workerImage", "singleuser")),
+        "ALCHEMIST_K8S_PVC": str(_required(shared, "claimName", "shared")),
+        "ALCHEMIST_K8S_MOUNT_PATH": mount_path,
+        "ALCHEMIST_K8S_SERVICE_ACCOUNT": str(
+            _required(single, "workerServiceAccount", "singleuser")
+        ),
+        "ALCHEMIST_K8S_GPU_RESOURCE": str(single.get("gpuResource") or DEFAULT_GPU_RESOURCE),
+    }
+    if kueue.get("enabled"):
+        env["ALCHEMIST_K8S_QUEUE"] = str(_required(kueue, "localQueue", "kueue"))
+    extra = single.get("extraEnv") or {}
+    if not isinstance(extra, Mapping):
+        raise HubConfigError("singleuser.extraEnv must be a mapping of NAME: value")
+    env.update({str(k): str(v) for k, v in extra.items()})
+    return env
+
+
+def make_volumes(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The volumes and mounts of a notebook pod, keyed for KubeSpawner.
+
+    KubeSpawner takes dicts keyed by name (sorted on render), which lets a profile or
+    ``extraConfig`` replace one entry without restating the others.
+
+    Args:
+        values: The hub config document.
+
+    Returns:
+        ``(volumes, volume_mounts)``: the shared ReadWriteMany claim mounted at
+        ``shared.mountPath`` (where ``ALCHEMIST_HOME`` points) and, when
+        ``singleuser.home.enabled``, the user's own claim (``claim-{user_server}``,
+        created by KubeSpawner) mounted at ``singleuser.home.mountPath``.
+    """
+    single = _section(values, "singleuser")
+    shared = _section(values, "shared")
+    volumes: dict[str, Any] = {
+        SHARED_VOLUME: {
+            "name": SHARED_VOLUME,
+            "persistentVolumeClaim": {"claimName": str(_required(shared, "claimName", "shared"))},
+        }
+    }
+    mounts: dict[str, Any] = {
+        SHARED_VOLUME: {
+            "name": SHARED_VOLUME,
+            "mountPath": str(_required(shared, "mountPath", "shared")),
+        }
+    }
+    home = single.get("home") or {}
+    if home.get("enabled"):
+        volumes[HOME_VOLUME] = {
+            "name": HOME_VOLUME,
+            "persistentVolumeClaim": {"claimName": "{pvc_name}"},
+        }
+        mounts[HOME_VOLUME] = {
+            "name": HOME_VOLUME,
+            "mountPath": str(home.get("mountPath") or "/home/jovyan"),
+        }
+    return volumes, mounts
+
+
+def configure_kubespawner(c: Any, values: Mapping[str, Any]) -> None:
+    """Set ``c.KubeSpawner`` (and the spawner class) from the hub config.
+
+    Args:
+        c: The traitlets config object of ``jupyterhub_config.py``.
+        values: The hub config document.
+
+    Raises:
+        HubConfigError: On a missing key or a bad profile, naming it.
+    """
+    single = _section(values, "singleuser")
+    gpu_resource = str(single.get("gpuResource") or DEFAULT_GPU_RESOURCE)
+    raw_profiles = single.get("profiles")
+    profiles = (
+        [profile_from_values(p) for p in raw_profiles]
+        if raw_profiles is not None
+        else list(DEFAULT_PROFILES)
+    )
+
+    c.JupyterHub.spawner_class = "kubespawner.KubeSpawner"
+    ks = c.KubeSpawner
+    ks.namespace = str(_required(single, "namespace", "singleuser"))
+    ks.image = str(_required(single, "image", "singleuser"))
+    ks.image_pull_policy = str(single.get("imagePullPolicy") or "IfNotPresent")
+    if single.get("imagePullSecrets"):
+        ks.image_pull_secrets = list(single["imagePullSecrets"])
+    ks.service_account = str(_required(single, "serviceAccount", "singleuser"))
+    # The kubernetes backend talks to the API server from the notebook pod.
+    ks.automount_service_account_token = True
+    ks.uid = int(single.get("uid", 1000))
+    ks.fs_gid = int(single.get("fsGid", 100))
+    ks.cmd = list(single.get("cmd") or ["jupyterhub-singleuser"])
+    ks.default_url = str(single.get("defaultUrl") or "/lab")
+    ks.start_timeout = int(single.get("startTimeout", 600))
+    ks.http_timeout = 120
+    ks.environment = backend_environment(values)
+    ks.volumes, ks.volume_mounts = make_volumes(values)
+    home = single.get("home") or {}
+    if home.get("enabled"):
+        ks.storage_pvc_ensure = True
+        ks.pvc_name_template = "claim-{user_server}"
+        ks.storage_capacity = str(home.get("capacity") or "10Gi")
+        ks.storage_access_modes = ["ReadWriteOnce"]
+        if home.get("storageClassName"):
+            ks.storage_class = str(home["storageClassName"])
+    if single.get("nodeSelector"):
+        ks.node_selector = dict(single["nodeSelector"])
+    if single.get("tolerations"):
+        ks.tolerations = list(single["tolerations"])
+    ks.extra_labels = {"app.kubernetes.io/part-of": "alchemist"}
+    ks.profile_list = make_profile_list(profiles, gpu_resource)
+
+
+def configure_hub(c: Any, values: Mapping[str, Any]) -> None:
+    """Configure the whole hub: network, database, authenticator and KubeSpawner.
+
+    The proxy runs in its own pod, so the hub does not start it. Secrets come from the
+    environment, filled from a Kubernetes Secret by the chart: ``CONFIGPROXY_AUTH_TOKEN``
+    (read by JupyterHub itself), ``ALCHEMIST_HUB_COOKIE_SECRET`` (any string; the
+    cookie key is its SHA-256) and ``ALCHEMIST_HUB_DB_URL`` (wins over ``hub.dbUrl``).
+
+    Args:
+        c: The traitlets config object of ``jupyterhub_config.py``.
+        values: The hub config document.
+
+    Raises:
+        HubConfigError: On a missing key or an unknown authenticator, naming it.
+    """
+    hub = _section(values, "hub")
+    c.JupyterHub.hub_bind_url = "http://:8081"
+    c.JupyterHub.hub_connect_url = str(_required(hub, "connectUrl", "hub"))
+    c.JupyterHub.base_url = str(hub.get("baseUrl") or "/")
+    c.ConfigurableHTTPProxy.should_start = False
+    c.ConfigurableHTTPProxy.api_url = str(_required(hub, "proxyApiUrl", "hub"))
+    c.JupyterHub.db_url = os.environ.get("ALCHEMIST_HUB_DB_URL") or str(
+        hub.get("dbUrl") or "sqlite:///jupyterhub.sqlite"
+    )
+    cookie_secret = os.environ.get("ALCHEMIST_HUB_COOKIE_SECRET")
+    if cookie_secret:
+        c.JupyterHub.cookie_secret = hashlib.sha256(cookie_secret.encode()).digest()
+    # A user server that outlives a hub restart stays; the hub finds it again.
+    c.JupyterHub.cleanup_servers = False
+
+    kind = str(hub.get("authenticator") or "native")
+    if kind not in _AUTHENTICATORS:
+        raise HubConfigError(
+            f"hub.authenticator must be one of {sorted(_AUTHENTICATORS)}, got {kind!r}"
+        )
+    c.JupyterHub.authenticator_class = _AUTHENTICATORS[kind]
+    admins = set(hub.get("adminUsers") or [])
+    c.Authenticator.admin_users = admins
+    allowed = set(hub.get("allowedUsers") or [])
+    if allowed:
+        c.Authenticator.allowed_users = allowed
+    c.Authenticator.allow_all = bool(hub.get("allowAll", False))
+    if kind == "native":
+        c.NativeAuthenticator.open_signup = bool(hub.get("openSignup", False))
+        c.NativeAuthenticator.minimum_password_length = 10
+        c.NativeAuthenticator.check_common_password = True
+        # NativeAuthenticator lets admins authorize sign-ups; without allow_all the
+        # authorized users must still pass the allow list, so let them in.
+        if not allowed:
+            c.Authenticator.allow_all = True
+
+    configure_kubespawner(c, values)
+
+
+def load_config_file(path: str | Path = DEFAULT_CONFIG_PATH) -> dict[str, Any]:
+    """Read the hub config document the chart mounted.
+
+    Raises:
+        HubConfigError: If the file is missing or is not a YAML mapping.
+    """
+    import yaml  # PyYAML ships with JupyterHub's dependencies in the hub image
+
+    file = Path(path)
+    try:
+        loaded = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except FileNotFoundError as e:
+        raise HubConfigError(
+            f"hub config {file} not found; is the chart's ConfigMap mounted?"
+        ) from e
+    if not isinstance(loaded, dict):
+        raise HubConfigError(f"hub config {file} must be a YAML mapping")
+    return loaded
+
+
+def configure_from_file(c: Any, path: str | Path = DEFAULT_CONFIG_PATH) -> dict[str, Any]:
+    """Configure the hub from the mounted hub config file (what the chart's config calls).
+
+    Returns:
+        The document read, for ``extraConfig`` snippets that want it.
+    """
+    values = load_config_file(path)
+    configure_hub(c, values)
+    return values

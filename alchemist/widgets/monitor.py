@@ -1,0 +1,812 @@
+"""The live job monitor: what a ``%%alchemist_distributed`` cell shows while it runs.
+
+Entry points (what the magics and users call):
+
+- ``JobMonitor(job).display()`` shows the monitor in the cell and keeps it updating on
+  a background thread while the kernel is free (reattaching, ``alchemist.attach``).
+- ``JobMonitor(job).follow(timeout=None) -> JobStatus`` blocks the cell until the job
+  ends, updating the monitor from the cell itself; it returns the final status. The
+  Cancel and TensorBoard buttons keep working while it blocks when ``jupyter-ui-poll``
+  is installed (it lets the kernel handle widget events); without it, interrupt the
+  kernel (the magic then cancels the job).
+- ``JobMonitor(job).update()`` reads what is new once (tests, custom loops).
+- Where widgets cannot render (nbconvert, a terminal IPython) the monitor displays as
+  HTML (``_repr_html_``: header, per-metric summaries with inline SVG curves, progress,
+  system metrics, log tail) or plain text (``repr``).
+
+Charting library: plotly's ``FigureWidget``. It is already an Alchemist dependency,
+it is actively maintained, it renders in JupyterLab 4 and Notebook 7 with no lab
+extension of its own (plotly ≥ 6 builds it on ``anywidget``, which must be
+installed), and the same figures render as static HTML. Updates are incremental: every
+``interval`` seconds (4 per second by default) only the traces that gained points are
+re-sent, each as its downsampled view (:mod:`alchemist.widgets.downsample`: at most
+``max_points`` points keeping first/last/extremes), never one message per point, while
+every point stays in memory and in the job's ``metrics.jsonl``.
+
+The monitor is written against the small :class:`MonitoredJob` protocol (what
+:class:`alchemist.client.Job` provides), and reads the job directory directly:
+``metrics.jsonl`` and ``system.jsonl`` through :class:`~alchemist.metrics.reader.MetricsReader`
+with a cursor, logs through ``job.log_chunk`` with a cursor per rank. Reattaching after
+a kernel restart therefore rebuilds the whole history from the files.
+"""
+
+from __future__ import annotations
+
+import collections
+import html
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from alchemist.jobdir import JobDir
+from alchemist.metrics.reader import MetricsReader
+from alchemist.metrics.reporter import META_KEYS
+from alchemist.metrics.system import system_metrics_path
+from alchemist.spec import JobState, JobStatus
+from alchemist.widgets.downsample import Series
+
+DEFAULT_INTERVAL = 0.25
+DEFAULT_MAX_POINTS = 2000
+DEFAULT_LOG_LINES = 200
+#: Bytes of metrics read per update at most (a long history arrives over a few updates).
+READ_BUDGET = 16 << 20
+#: On attach, only the end of each rank log is read (the tail shows the last lines).
+LOG_TAIL_BYTES = 256 << 10
+STATUS_EVERY = 1.0
+
+_STATE_COLOURS = {
+    "pending": "#888",
+    "running": "#1f77b4",
+    "restarting": "#ff7f0e",
+    "succeeded": "#2ca02c",
+    "failed": "#d62728",
+    "cancelled": "#7f7f7f",
+}
+
+
+class MonitoredJob(Protocol):
+    """What the monitor needs from a job (``alchemist.client.Job`` provides it)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def job_dir(self) -> JobDir: ...
+
+    def status(self) -> JobStatus: ...
+
+    def log_chunk(self, rank: int, since: int = 0, limit_bytes: int = 1 << 20) -> Any: ...
+
+    def cancel(self) -> None: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+@dataclass
+class RankProgress:
+    """What one rank has logged so far."""
+
+    step: int | None = None
+    time: float | None = None
+    total_steps: float | None = None
+    batch_size: float | None = None
+    events: int = 0
+    recent: collections.deque[tuple[float, int]] = field(
+        default_factory=lambda: collections.deque(maxlen=20)
+    )
+
+    def steps_per_second(self) -> float | None:
+        """Throughput over the last (up to 20) events of this rank."""
+        if len(self.recent) < 2:
+            return None
+        (t0, s0), (t1, s1) = self.recent[0], self.recent[-1]
+        if t1 <= t0 or s1 <= s0:
+            return None
+        return (s1 - s0) / (t1 - t0)
+
+    def samples_per_second(self) -> float | None:
+        sps = self.steps_per_second()
+        return sps * self.batch_size if sps is not None and self.batch_size else None
+
+
+@dataclass
+class Changes:
+    """What one :meth:`MonitorData.poll` found new (the widget redraws only these)."""
+
+    series: set[tuple[str, int]] = field(default_factory=set)
+    new_metrics: list[str] = field(default_factory=list)
+    progress: bool = False
+    system: bool = False
+    logs: bool = False
+    status: bool = False
+
+    def __bool__(self) -> bool:
+        return (
+            bool(self.series or self.new_metrics or self.progress or self.system or self.logs)
+            or self.status
+        )
+
+
+class MonitorData:
+    """Everything the monitor shows, read incrementally from the job (no widgets here).
+
+    Args:
+        job: the job to follow.
+        max_points: display budget per curve (stored points are never dropped).
+        log_lines: how many log lines are kept for the tail (per rank, and for "all").
+    """
+
+    def __init__(
+        self,
+        job: MonitoredJob,
+        max_points: int = DEFAULT_MAX_POINTS,
+        log_lines: int = DEFAULT_LOG_LINES,
+    ) -> None:
+        self.job = job
+        self.info = job.to_dict()
+        self.max_points = max_points
+        self.world_size = int(self.info.get("world_size") or _world_size(self.info) or 1)
+        self.series: dict[tuple[str, int], Series] = {}
+        self.metrics: list[str] = []  # in order of first appearance
+        self.progress: dict[int, RankProgress] = {}
+        self.system: dict[int, dict[str, Any]] = {}
+        self._net_rate: dict[int, tuple[float, float]] = {}
+        self.logs_all: collections.deque[tuple[int, str]] = collections.deque(maxlen=log_lines)
+        self.logs_by_rank: dict[int, collections.deque[str]] = collections.defaultdict(
+            lambda: collections.deque(maxlen=log_lines)
+        )
+        self.status: JobStatus = JobStatus(
+            state=JobState(self.info.get("state", "pending")),
+            reason=self.info.get("reason"),
+            started=self.info.get("started"),
+            finished=self.info.get("finished"),
+            restarts=int(self.info.get("restarts") or 0),
+        )
+        self._metrics_reader = MetricsReader(job.job_dir.metrics)
+        self._system_reader = MetricsReader(system_metrics_path(job.job_dir.root))
+        self.metrics_cursor = 0
+        self.system_cursor = 0
+        self.log_cursors: dict[int, int] = {}
+        self._last_status = 0.0
+        self.finished_reading = False
+
+    # -- reading ------------------------------------------------------------------------
+    def poll(self, force_status: bool = False) -> Changes:
+        """Read what is new since the last poll; return what changed."""
+        changes = Changes()
+        now = time.monotonic()
+        was_terminal = self.status.state.is_terminal
+        if not was_terminal and (force_status or now - self._last_status >= STATUS_EVERY):
+            self._last_status = now
+            status = self.job.status()
+            if status.to_dict() != self.status.to_dict():
+                changes.status = True
+            self.status = status
+        events, self.metrics_cursor = self._metrics_reader.read(
+            self.metrics_cursor, max_bytes=READ_BUDGET
+        )
+        self._add_events(events, changes)
+        sys_events, self.system_cursor = self._system_reader.read(self.system_cursor)
+        for e in sys_events:
+            self._add_system(e)
+        changes.system = bool(sys_events)
+        changes.logs = self._read_logs()
+        # Terminal and drained: nothing more will come.
+        self.finished_reading = self.status.state.is_terminal and not events and not sys_events
+        return changes
+
+    def _add_events(self, events: Iterable[dict[str, Any]], changes: Changes) -> None:
+        for e in events:
+            rank, step = int(e["rank"]), e["step"]
+            if step is None:
+                continue
+            prog = self.progress.setdefault(rank, RankProgress())
+            wall = float(e.get("time") or 0.0)
+            prog.step, prog.time = int(step), wall
+            prog.events += 1
+            prog.recent.append((wall, int(step)))
+            changes.progress = True
+            for name, value in e["values"].items():
+                if name in META_KEYS:
+                    setattr(prog, name, float(value))
+                    continue
+                key = (name, rank)
+                series = self.series.get(key)
+                if series is None:
+                    series = self.series[key] = Series(self.max_points)
+                    if name not in self.metrics:
+                        self.metrics.append(name)
+                        changes.new_metrics.append(name)
+                series.append(float(step), float(value))
+                changes.series.add(key)
+
+    def _add_system(self, e: dict[str, Any]) -> None:
+        rank = int(e["rank"])
+        values = dict(e["values"])
+        t = float(e.get("time") or 0.0)
+        sent, recv = values.get("net_sent_bytes"), values.get("net_recv_bytes")
+        prev = self.system.get(rank)
+        if prev is not None and sent is not None and recv is not None:
+            dt = t - float(prev["time"])
+            if dt > 0:
+                pv = prev["values"]
+                values["net_sent_rate"] = max(0.0, (sent - pv.get("net_sent_bytes", sent)) / dt)
+                values["net_recv_rate"] = max(0.0, (recv - pv.get("net_recv_bytes", recv)) / dt)
+        self.system[rank] = {"host": e.get("host", "?"), "time": t, "values": values}
+
+    def _read_logs(self) -> bool:
+        got = False
+        for rank in range(self.world_size):
+            cursor = self.log_cursors.get(rank)
+            skip_first = False
+            if cursor is None:
+                try:
+                    size = self.job.job_dir.rank_log(rank).stat().st_size
+                except OSError:
+                    size = 0
+                cursor = max(0, size - LOG_TAIL_BYTES)
+                skip_first = cursor > 0  # started mid-line: drop the piece
+            chunk = self.job.log_chunk(rank, cursor, LOG_TAIL_BYTES)
+            lines = list(chunk.lines)
+            if skip_first and lines:
+                lines = lines[1:]
+            self.log_cursors[rank] = chunk.cursor
+            for line in lines:
+                self.logs_all.append((rank, line))
+                self.logs_by_rank[rank].append(line)
+            got = got or bool(lines)
+        return got
+
+    # -- derived values -----------------------------------------------------------------
+    def elapsed(self) -> float | None:
+        st = self.status
+        if st.started is None:
+            return None
+        end = st.finished if st.finished is not None else time.time()
+        return max(0.0, end - st.started)
+
+    def log_tail(self, rank: int | None = None, lines: int | None = None) -> list[str]:
+        """The kept log lines, of one rank or of all (prefixed ``[rank r]``)."""
+        if rank is None:
+            out = [f"[rank {r}] {line}" for r, line in self.logs_all]
+        else:
+            out = list(self.logs_by_rank.get(rank, ()))
+        return out[-lines:] if lines else out
+
+    def points(self, metric: str, rank: int = 0) -> int:
+        """How many points of ``metric`` rank ``rank`` has logged (all kept)."""
+        s = self.series.get((metric, rank))
+        return len(s) if s is not None else 0
+
+
+def _world_size(info: dict[str, Any]) -> int | None:
+    spec = info.get("spec") or {}
+    workers = spec.get("workers")
+    if workers is None:
+        return None
+    gpus = (spec.get("resources") or {}).get("gpus") or 0
+    return int(workers) * max(1, int(gpus))
+
+
+# -- formatting (shared by the widget and the HTML/text fallback) ----------------------------
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover
+
+
+def fmt_num(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if math.isnan(v) or math.isinf(v):
+        return str(v)
+    return f"{v:.4g}"
+
+
+def header_html(data: MonitorData) -> str:
+    info, st = data.info, data.status
+    colour = _STATE_COLOURS.get(st.state.value, "#444")
+    reason = f' <span style="color:{colour}">— {html.escape(st.reason)}</span>' if st.reason else ""
+    restarts = f" · restarts {st.restarts}" if st.restarts else ""
+    gpus = int(info.get("gpus_per_worker") or 0)
+    return (
+        f'<div class="alchemist-header"><b>{html.escape(str(info.get("name", "")))}</b>'
+        f" <code>{html.escape(str(info.get('id', '')))}</code>"
+        f' <span class="alchemist-state" data-state="{st.state.value}"'
+        f' style="background:{colour};color:white;padding:1px 6px;border-radius:3px">'
+        f"{st.state.value}</span>{reason}<br>"
+        f"elapsed {fmt_duration(data.elapsed())} · workers {info.get('workers', '?')}"
+        f" · world size {data.world_size} · GPUs/worker {gpus}"
+        f" · algorithm {html.escape(str(info.get('algorithm', '?')))}{restarts}</div>"
+    )
+
+
+def progress_html(data: MonitorData) -> str:
+    if not data.progress:
+        return "<i>no metrics logged yet</i>"
+    rows = []
+    total_sps = 0.0
+    for rank in sorted(data.progress):
+        p = data.progress[rank]
+        if p.total_steps:
+            frac = min(1.0, (p.step or 0) / p.total_steps)
+            bar = (
+                f'<progress value="{frac:.3f}" max="1"></progress>'
+                f" {p.step}/{int(p.total_steps)} ({100 * frac:.0f}%)"
+            )
+        else:
+            bar = f"{p.step}"
+        sps = p.steps_per_second()
+        samples = p.samples_per_second()
+        total_sps += samples or 0.0
+        rows.append(
+            f"<tr><td>rank {rank}</td><td>{bar}</td><td>{fmt_num(sps)} steps/s</td>"
+            f"<td>{fmt_num(samples) + ' samples/s' if samples else ''}</td></tr>"
+        )
+    foot = f"<tr><td colspan=4>total {total_sps:.4g} samples/s</td></tr>" if total_sps else ""
+    return '<table class="alchemist-progress">' + "".join(rows) + foot + "</table>"
+
+
+_SYSTEM_COLUMNS: list[tuple[str, str, Callable[[float | None], str]]] = [
+    ("cpu_percent", "CPU %", fmt_num),
+    ("rss_bytes", "RSS", fmt_bytes),
+    ("host_cpu_percent", "host CPU %", fmt_num),
+    ("host_mem_percent", "host mem %", fmt_num),
+    ("net_sent_rate", "net ↑/s", fmt_bytes),
+    ("net_recv_rate", "net ↓/s", fmt_bytes),
+    ("gpu_util_percent", "GPU %", fmt_num),
+    ("gpu_mem_used_bytes", "GPU mem", fmt_bytes),
+]
+
+
+def system_html(data: MonitorData) -> str:
+    if not data.system:
+        return "<i>no system metrics yet</i>"
+    has_gpu = any("gpu_util_percent" in s["values"] for s in data.system.values())
+    cols = [c for c in _SYSTEM_COLUMNS if has_gpu or not c[0].startswith("gpu")]
+    head = "<tr><th>rank</th><th>host</th>" + "".join(f"<th>{c[1]}</th>" for c in cols) + "</tr>"
+    rows = []
+    for rank in sorted(data.system):
+        s = data.system[rank]
+        cells = "".join(f"<td>{fmt(s['values'].get(key))}</td>" for key, _, fmt in cols)
+        rows.append(f"<tr><td>{rank}</td><td>{html.escape(str(s['host']))}</td>{cells}</tr>")
+    return '<table class="alchemist-system">' + head + "".join(rows) + "</table>"
+
+
+def sparkline_svg(series: Series, width: int = 240, height: int = 48) -> str:
+    """A small static SVG polyline of a series' display view (for the HTML fallback)."""
+    x, y = series.view()
+    finite = [(a, b) for a, b in zip(x.tolist(), y.tolist(), strict=True) if math.isfinite(b)]
+    if len(finite) < 2:
+        return ""
+    xs, ys = [a for a, _ in finite], [b for _, b in finite]
+    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+    sx = (width - 2) / ((x1 - x0) or 1)
+    sy = (height - 2) / ((y1 - y0) or 1)
+    pts = " ".join(f"{1 + (a - x0) * sx:.1f},{height - 1 - (b - y0) * sy:.1f}" for a, b in finite)
+    return (
+        f'<svg width="{width}" height="{height}"><polyline fill="none" stroke="#1f77b4"'
+        f' stroke-width="1.5" points="{pts}"/></svg>'
+    )
+
+
+def summary_html(data: MonitorData, log_lines: int = 20) -> str:
+    """The whole monitor as static HTML (nbconvert, email, frontends without widgets)."""
+    rows = []
+    for name in data.metrics:
+        s = data.series.get((name, 0)) or next(
+            (v for (m, _), v in sorted(data.series.items()) if m == name), None
+        )
+        if s is None or not len(s):
+            continue
+        y = s.y
+        finite = y[~(y != y)]
+        lo = float(finite.min()) if len(finite) else None
+        hi = float(finite.max()) if len(finite) else None
+        last = s.last
+        rows.append(
+            f"<tr><td>{html.escape(name)}</td><td>{len(s)}</td>"
+            f"<td>{fmt_num(last[1] if last else None)}</td><td>{fmt_num(lo)}</td>"
+            f"<td>{fmt_num(hi)}</td><td>{sparkline_svg(s)}</td></tr>"
+        )
+    metrics = (
+        '<table class="alchemist-metrics"><tr><th>metric (rank 0)</th><th>points</th>'
+        "<th>last</th><th>min</th><th>max</th><th>curve</th></tr>" + "".join(rows) + "</table>"
+        if rows
+        else ""
+    )
+    logs = html.escape("\n".join(data.log_tail(None, log_lines)))
+    return (
+        '<div class="alchemist-monitor">'
+        + header_html(data)
+        + metrics
+        + progress_html(data)
+        + system_html(data)
+        + f"<pre style='max-height:20em;overflow:auto'>{logs}</pre></div>"
+    )
+
+
+def summary_text(data: MonitorData, log_lines: int = 10) -> str:
+    """The monitor as plain text (a terminal, ``repr``)."""
+    st = data.status
+    info = data.info
+    lines = [
+        f"job {info.get('id')} ({info.get('name')}): {st.state.value}"
+        + (f" — {st.reason}" if st.reason else "")
+        + f", elapsed {fmt_duration(data.elapsed())}, world size {data.world_size},"
+        f" algorithm {info.get('algorithm', '?')}"
+    ]
+    for name in data.metrics:
+        s = data.series.get((name, 0))
+        if s is not None and s.last is not None:
+            step, value = s.last
+            lines.append(f"  {name}: {fmt_num(value)} at step {int(step)} ({len(s)} points)")
+    for rank in sorted(data.progress):
+        p = data.progress[rank]
+        total = f"/{int(p.total_steps)}" if p.total_steps else ""
+        lines.append(
+            f"  rank {rank}: step {p.step}{total}, {fmt_num(p.steps_per_second())} steps/s"
+        )
+    lines.extend("  " + line for line in data.log_tail(None, log_lines))
+    return "\n".join(lines)
+
+
+class JobMonitor:
+    """The live monitor widget of one job (see the module docstring for entry points).
+
+    Args:
+        job: the job (``alchemist.client.Job`` or anything with the :class:`MonitoredJob`
+            protocol).
+        ranks: ranks whose curves are drawn at first (default rank 0; more on demand).
+        interval: seconds between updates (throttle; default 0.25 = 4 per second).
+        max_points: points drawn per curve at most (every point stays stored).
+        log_lines: lines kept in the log tail.
+    """
+
+    def __init__(
+        self,
+        job: MonitoredJob,
+        ranks: Iterable[int] = (0,),
+        interval: float = DEFAULT_INTERVAL,
+        max_points: int = DEFAULT_MAX_POINTS,
+        log_lines: int = DEFAULT_LOG_LINES,
+    ) -> None:
+        self.job = job
+        self.interval = interval
+        self.data = MonitorData(job, max_points=max_points, log_lines=log_lines)
+        self.ranks = tuple(ranks)
+        self.log_lines = log_lines
+        self._lock = threading.RLock()
+        self._widget: Any = None
+        self._figures: dict[str, Any] = {}
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.tensorboard_url: str | None = None
+        self.updates = 0
+        self.update()
+
+    # -- public API ---------------------------------------------------------------------
+    @property
+    def status(self) -> JobStatus:
+        return self.data.status
+
+    def update(self) -> bool:
+        """Read what is new and redraw what changed; return whether anything did."""
+        with self._lock:
+            changes = self.data.poll()
+            if changes and self._widget is not None:
+                self._render(changes)
+            if changes:
+                self.updates += 1
+            return bool(changes)
+
+    def display(self, live: bool = True) -> JobMonitor:
+        """Show the monitor in the current cell; with ``live``, keep it updating.
+
+        Updating continues on a background thread until the job ends and everything it
+        wrote has been read, or :meth:`stop` is called.
+        """
+        from IPython.display import display
+
+        display(self)
+        if live and not self.data.finished_reading and _in_kernel():
+            self._start_thread()
+        return self
+
+    def follow(self, timeout: float | None = None) -> JobStatus:
+        """Update the monitor from this thread until the job ends (or ``timeout`` s).
+
+        Returns:
+            The job's status at the end (terminal unless the timeout expired).
+        """
+        self.stop()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        poll_ui = _ui_poller()
+        try:
+            while True:
+                self.update()
+                if self.data.finished_reading:
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                poll_ui(self.interval)
+        finally:
+            poll_ui.close()
+        return self.data.status
+
+    def stop(self) -> None:
+        """Stop the background updates (the job goes on). Idempotent."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5)
+        self._thread = None
+        self._stop = threading.Event()
+
+    def cancel(self) -> None:
+        """Cancel the job (the Cancel button calls this) and show the new state."""
+        self.job.cancel()
+        with self._lock:
+            self.data.poll(force_status=True)
+            if self._widget is not None:
+                self._render(Changes(status=True, logs=True))
+
+    def open_tensorboard(self) -> str:
+        """Start or reuse TensorBoard on this job; return its URL (the link shows it)."""
+        from alchemist.tensorboard import open_tensorboard
+
+        handle = open_tensorboard(self.job)
+        self.tensorboard_url = handle.url
+        if self._widget is not None:
+            self._tb_link.value = (
+                f'<a href="{html.escape(handle.url)}" target="_blank" rel="noopener">'
+                f"TensorBoard ↗</a>"
+            )
+        return handle.url
+
+    def set_ranks(self, ranks: Iterable[int]) -> None:
+        """Draw the curves of these ranks (rank selection in the widget calls this)."""
+        with self._lock:
+            self.ranks = tuple(sorted(set(ranks)))
+            for name, fig in self._figures.items():
+                self._reset_traces(name, fig)
+
+    # -- widget -------------------------------------------------------------------------
+    @property
+    def widget(self) -> Any:
+        """The ipywidgets tree (built on first use)."""
+        with self._lock:
+            if self._widget is None:
+                self._build()
+            return self._widget
+
+    def _build(self) -> None:
+        import ipywidgets as w
+
+        d = self.data
+        self._header = w.HTML(header_html(d))
+        self._cancel_button = w.Button(
+            description="Cancel",
+            button_style="danger",
+            icon="stop",
+            disabled=d.status.state.is_terminal,
+        )
+        self._cancel_button.on_click(lambda _b: self.cancel())
+        self._tb_button = w.Button(description="TensorBoard", icon="line-chart")
+        self._tb_link = w.HTML("")
+
+        def on_tb(_b: Any) -> None:
+            try:
+                self.open_tensorboard()
+            except Exception as e:  # shown, not raised into the frontend's void
+                self._tb_link.value = f"<span style='color:#d62728'>{html.escape(str(e))}</span>"
+
+        self._tb_button.on_click(on_tb)
+        self._rank_select = w.SelectMultiple(
+            options=[(f"rank {r}", r) for r in range(d.world_size)],
+            value=tuple(r for r in self.ranks if r < d.world_size),
+            rows=min(4, max(1, d.world_size)),
+            description="curves of",
+        )
+        self._rank_select.observe(lambda ch: self.set_ranks(ch["new"]), names="value")
+        self._charts = w.Box(layout=w.Layout(flex_flow="row wrap"))
+        self._charts.add_class("alchemist-charts")
+        self._progress = w.HTML(progress_html(d))
+        self._system = w.HTML(system_html(d))
+        self._log_rank = w.Dropdown(
+            options=[("all ranks", -1)] + [(f"rank {r}", r) for r in range(d.world_size)],
+            value=-1,
+            description="log of",
+        )
+        self._log_rank.observe(lambda _ch: self._render_logs(), names="value")
+        self._log = w.HTML()
+        self._log.add_class("alchemist-log")
+        controls = w.HBox([self._cancel_button, self._tb_button, self._tb_link])
+        self._widget = w.VBox(
+            [
+                self._header,
+                controls,
+                self._rank_select,
+                self._charts,
+                w.HTML("<b>progress</b>"),
+                self._progress,
+                w.HTML("<b>system</b>"),
+                self._system,
+                self._log_rank,
+                self._log,
+            ]
+        )
+        self._widget.add_class("alchemist-monitor")
+        for name in d.metrics:
+            self._add_chart(name)
+        self._render_logs()
+
+    def _add_chart(self, name: str) -> None:
+        import plotly.graph_objects as go
+
+        fig = go.FigureWidget()
+        fig.update_layout(
+            title={"text": name, "font": {"size": 13}},
+            height=260,
+            width=420,
+            margin={"l": 50, "r": 10, "t": 35, "b": 35},
+            xaxis_title="step",
+            showlegend=len(self.ranks) > 1,
+        )
+        self._figures[name] = fig
+        self._reset_traces(name, fig)
+        self._charts.children = (*self._charts.children, fig)
+
+    def _reset_traces(self, name: str, fig: Any) -> None:
+        with fig.batch_update():
+            fig.data = []
+            for rank in self.ranks:
+                s = self.data.series.get((name, rank))
+                x, y = s.view() if s is not None else ([], [])
+                fig.add_scatter(x=x, y=y, mode="lines", name=f"rank {rank}", meta=[rank])
+            fig.layout.showlegend = len(self.ranks) > 1
+
+    def _render(self, changes: Changes) -> None:
+        d = self.data
+        if changes.status or d.status.state.value == "running":
+            self._header.value = header_html(d)  # elapsed time moves while running
+        self._cancel_button.disabled = d.status.state.is_terminal
+        for name in changes.new_metrics:
+            if name not in self._figures:
+                self._add_chart(name)
+        touched: dict[str, set[int]] = collections.defaultdict(set)
+        for name, rank in changes.series:
+            touched[name].add(rank)
+        for name, ranks in touched.items():
+            fig = self._figures.get(name)
+            if fig is None or name in changes.new_metrics:
+                continue
+            with fig.batch_update():
+                for trace in fig.data:
+                    rank = trace.meta[0]
+                    if rank in ranks:
+                        x, y = d.series[(name, rank)].view()
+                        trace.x, trace.y = x, y
+        if changes.progress:
+            self._progress.value = progress_html(d)
+        if changes.system:
+            self._system.value = system_html(d)
+        if changes.logs:
+            self._render_logs()
+
+    def _render_logs(self) -> None:
+        rank = self._log_rank.value
+        lines = self.data.log_tail(None if rank == -1 else rank)
+        self._log.value = (
+            "<pre style='max-height:16em;overflow:auto;font-size:11px;margin:0'>"
+            + html.escape("\n".join(lines))
+            + "</pre>"
+        )
+
+    # -- background updates -------------------------------------------------------------
+    def _start_thread(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        stop = self._stop
+
+        def run() -> None:
+            while not stop.wait(self.interval):
+                try:
+                    self.update()
+                except Exception:  # a vanished job directory must not kill the kernel
+                    return
+                if self.data.finished_reading:
+                    return
+
+        self._thread = threading.Thread(target=run, name="alchemist-monitor", daemon=True)
+        self._thread.start()
+
+    # -- representations ----------------------------------------------------------------
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        bundle: dict[str, Any] = {}
+        try:
+            widget_bundle = self.widget._repr_mimebundle_()
+            if widget_bundle:
+                bundle.update(widget_bundle)
+        except Exception:  # no ipywidgets or plotly: the static views still work
+            pass
+        bundle["text/plain"] = repr(self)
+        bundle["text/html"] = self._repr_html_()
+        return bundle
+
+    def _repr_html_(self) -> str:
+        with self._lock:
+            return summary_html(self.data)
+
+    def __repr__(self) -> str:
+        with self._lock:
+            return summary_text(self.data)
+
+
+def _in_kernel() -> bool:
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except ImportError:  # pragma: no cover
+        return False
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+class _Sleeper:
+    """Waits between updates; with jupyter-ui-poll, handles widget events meanwhile."""
+
+    def __init__(self) -> None:
+        self._ctx: Any = None
+        self._poll: Callable[[int], Any] | None = None
+
+    def __call__(self, seconds: float) -> None:
+        if self._poll is None:
+            time.sleep(seconds)
+            return
+        end = time.monotonic() + seconds
+        while True:
+            self._poll(10)
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(0.05, left))
+
+    def close(self) -> None:
+        if self._ctx is not None:
+            ctx, self._ctx = self._ctx, None
+            ctx.__exit__(None, None, None)
+
+
+def _ui_poller() -> _Sleeper:
+    sleeper = _Sleeper()
+    if not _in_kernel():
+        return sleeper
+    try:
+        from jupyter_ui_poll import ui_events
+
+        ctx = ui_events()
+        sleeper._poll = ctx.__enter__()
+        sleeper._ctx = ctx
+    except Exception:  # not installed, or a kernel it does not support: plain sleeps
+        sleeper._poll = None
+    return sleeper

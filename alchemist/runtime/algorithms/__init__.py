@@ -1,0 +1,103 @@
+"""The distributed training algorithms a job can use (``--algorithm``).
+
+Each algorithm is a module with ``wrap(model, optimizer, ctx, **options) -> (model,
+optimizer)``, called by :func:`alchemist.distribute` once the process group is up.
+The user's loop stays ``loss.backward(); optimizer.step()``: the returned optimizer
+(or, for ``sync``, the DDP model) does the communication. At world size 1 every
+algorithm returns the model and optimizer unchanged.
+
+=========  ===============================================  ===========================
+name       algorithm                                        module
+=========  ===============================================  ===========================
+sync       synchronous SGD, all-reduce (DDP)                :mod:`.sync`
+async      asynchronous SGD, parameter server on rank 0     :mod:`.async_ps`
+bmuf       block-wise model-update filtering (Chen & Huo)   :mod:`.bmuf`
+easgd      elastic averaging SGD (Zhang et al.)             :mod:`.easgd`
+horovod    Horovod's DistributedOptimizer                   :mod:`.horovod`
+=========  ===============================================  ===========================
+
+:data:`ALGORITHM_DEFAULTS` lists every option of every algorithm with its default (the
+papers' recommended settings); it imports no torch, so the CLI and the magics can show
+it. ``None`` means "derived from the world size" (documented per algorithm).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from types import ModuleType
+from typing import Any
+
+from alchemist.errors import SpecError
+
+#: Every option of every algorithm and its default.
+ALGORITHM_DEFAULTS: dict[str, dict[str, Any]] = {
+    "sync": {
+        "bucket_cap_mb": 25.0,
+        "find_unused_parameters": False,
+        "gradient_as_bucket_view": False,
+        "static_graph": False,
+    },
+    "async": {
+        "log_every": 10,
+        "finish_timeout": 600.0,
+        "request_timeout": 300.0,
+    },
+    "bmuf": {
+        "block_size": 16,
+        "block_momentum": None,  # 1 − 1/N
+        "block_lr": 1.0,
+        "nesterov": True,
+    },
+    "easgd": {
+        "moving_rate": None,  # 0.9 / N
+        "communication_period": 10,
+        "finish_timeout": 600.0,
+        "request_timeout": 300.0,
+    },
+    "horovod": {
+        "backward_passes_per_step": 1,
+        "compression": "none",
+        "op": "average",
+        "gradient_predivide_factor": 1.0,
+    },
+}
+
+_MODULES = {
+    "sync": "sync",
+    "async": "async_ps",
+    "bmuf": "bmuf",
+    "easgd": "easgd",
+    "horovod": "horovod",
+}
+
+
+def names() -> tuple[str, ...]:
+    """The algorithm names, in the order of :data:`ALGORITHM_DEFAULTS`."""
+    return tuple(ALGORITHM_DEFAULTS)
+
+
+def get(name: str) -> ModuleType:
+    """The module implementing algorithm ``name`` (it has ``wrap`` and ``DEFAULTS``).
+
+    Raises:
+        SpecError: ``name`` is not an algorithm (the message lists the valid ones).
+    """
+    if name not in _MODULES:
+        raise SpecError(f"algorithm {name!r} is unknown; choose one of {', '.join(_MODULES)}")
+    return importlib.import_module(f"{__name__}.{_MODULES[name]}")
+
+
+def finish_all() -> None:
+    """Finish every wrapped optimizer of this process (see ``_base.finish_all``).
+
+    The runtime calls it after the cell and before saving outputs: ``async`` and
+    ``easgd`` then load the final parameters into rank 0's model and ``bmuf`` closes an
+    incomplete last block. Cheap and harmless when no algorithm was used.
+    """
+    base = sys.modules.get(f"{__name__}._base")
+    if base is not None:
+        base.finish_all()
+
+
+__all__ = ["ALGORITHM_DEFAULTS", "finish_all", "get", "names"]

@@ -1,0 +1,223 @@
+"""A small parameter server for ``async`` and ``easgd``: one TCP connection per worker.
+
+Why not ``torch.distributed.rpc`` or point-to-point on a gloo group: both tie every rank
+into one communicator, and a worker that dies makes the others' calls fail or hang
+(RPC's graceful shutdown waits for every peer; gloo's receive-from-any-source aborts
+when one peer's connection closes). The point of asynchronous training is that the
+server keeps going without the lost worker, so each worker gets its own connection:
+``multiprocessing.connection`` (standard library, HMAC-authenticated with a key that
+rank 0 draws and broadcasts over the job's process group). A request is one
+length-prefixed frame; the server acts on a frame only once it has all of it, and
+applies each update under one lock, so a worker that crashes mid-send loses its last
+update and corrupts nothing.
+
+Placement: the server runs in background threads of ``server_rank`` (rank 0 by default),
+which also trains: its own worker talks to the server over the same TCP path as every
+other worker. The process group is used once, at start, to broadcast the address.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import secrets
+import struct
+import sys
+import threading
+import time
+from multiprocessing.connection import Client, Connection, Listener
+from typing import Any
+
+import torch
+
+from alchemist.errors import AlchemistError
+
+_HEADER = struct.Struct("<I")
+
+
+def encode(header: dict[str, Any], payload: torch.Tensor | None = None) -> bytes:
+    """One frame: header length, pickled header, float32 payload bytes."""
+    head = pickle.dumps(header, protocol=pickle.HIGHEST_PROTOCOL)
+    body = b"" if payload is None else payload.detach().to("cpu", torch.float32).numpy().tobytes()
+    return _HEADER.pack(len(head)) + head + body
+
+
+def decode(frame: bytes) -> tuple[dict[str, Any], torch.Tensor]:
+    """The inverse of :func:`encode` (the payload is a fresh float32 vector)."""
+    (n,) = _HEADER.unpack_from(frame)
+    header = pickle.loads(frame[_HEADER.size : _HEADER.size + n])
+    body = bytearray(frame[_HEADER.size + n :])
+    payload = torch.frombuffer(body, dtype=torch.float32) if body else torch.zeros(0)
+    return header, payload
+
+
+class ParameterServer:
+    """Serves requests of ``world_size`` workers; subclasses implement :meth:`handle`.
+
+    Contract: :meth:`handle` runs under ``self.lock`` (one request at a time), so every
+    update is atomic. ``version`` counts applied updates. A worker is *finished* when it
+    sent ``done`` or its connection broke; :meth:`wait_finished` waits for all of them.
+    """
+
+    def __init__(self, world_size: int, host: str) -> None:
+        self.world_size = world_size
+        self.authkey = secrets.token_bytes(32)
+        self.listener = Listener((host, 0), authkey=self.authkey, backlog=max(16, world_size))
+        self.lock = threading.Lock()
+        self.version = 0
+        self.done: set[int] = set()
+        self.lost: set[int] = set()
+        self._finished = threading.Condition()
+        self._closed = False
+        self._threads: list[threading.Thread] = []
+        accept = threading.Thread(target=self._accept_loop, name="alchemist-ps-accept", daemon=True)
+        accept.start()
+
+    @property
+    def port(self) -> int:
+        return int(self.listener.address[1])
+
+    def handle(self, header: dict[str, Any], payload: torch.Tensor) -> bytes:
+        """Answer one request (called with ``self.lock`` held); return the reply frame."""
+        raise NotImplementedError
+
+    def _accept_loop(self) -> None:
+        while not self._closed:
+            try:
+                conn = self.listener.accept()
+            except (OSError, EOFError, AlchemistError):
+                if self._closed:
+                    return
+                continue  # a client that failed the handshake (or died in it)
+            except Exception:  # multiprocessing.AuthenticationError and friends
+                continue
+            t = threading.Thread(target=self._serve, args=(conn,), name="alchemist-ps", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _serve(self, conn: Connection) -> None:
+        rank: int | None = None
+        try:
+            while True:
+                frame = conn.recv_bytes()
+                header, payload = decode(frame)
+                op = header.get("op")
+                if op == "hello":
+                    rank = int(header["rank"])
+                    conn.send_bytes(encode({"ok": True}))
+                    continue
+                if op == "done":
+                    with self._finished:
+                        if rank is not None:
+                            self.done.add(rank)
+                        self._finished.notify_all()
+                    conn.send_bytes(encode({"ok": True}))
+                    continue
+                with self.lock:
+                    reply = self.handle(header, payload)
+                conn.send_bytes(reply)
+        except (EOFError, OSError):
+            with self._finished:
+                if rank is not None and rank not in self.done:
+                    self.lost.add(rank)
+                    print(
+                        f"[alchemist] parameter server: worker rank {rank} disconnected before"
+                        " finishing; its unfinished update was discarded, training goes on",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                self._finished.notify_all()
+        finally:
+            conn.close()
+
+    def wait_finished(self, timeout: float) -> bool:
+        """Wait until every rank is done or lost; False if ``timeout`` passed first."""
+        deadline = time.monotonic() + timeout
+        with self._finished:
+            while len(self.done | self.lost) < self.world_size:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._finished.wait(left)
+        return True
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            self.listener.close()
+        except OSError:
+            pass
+
+
+class ServerConnection:
+    """A worker's connection to the server: one request, one reply, with a deadline."""
+
+    def __init__(self, address: tuple[str, int], authkey: bytes, rank: int, timeout: float) -> None:
+        self.timeout = timeout
+        self.rank = rank
+        try:
+            self.conn = Client(address, authkey=authkey)
+        except OSError as e:
+            raise AlchemistError(
+                f"cannot reach the parameter server at {address[0]}:{address[1]} ({e});"
+                " check that the server rank is alive and its port is reachable"
+            ) from e
+        self.request({"op": "hello", "rank": rank})
+
+    def request(
+        self, header: dict[str, Any], payload: torch.Tensor | None = None
+    ) -> tuple[dict[str, Any], torch.Tensor]:
+        """Send a request and return the server's reply.
+
+        Raises:
+            AlchemistError: the server is gone or did not answer within ``timeout`` s.
+        """
+        try:
+            self.conn.send_bytes(encode(header, payload))
+            if not self.conn.poll(self.timeout):
+                raise AlchemistError(
+                    f"the parameter server did not answer within {self.timeout:.0f} s;"
+                    " raise the algorithm option request_timeout if the model is very large"
+                )
+            return decode(self.conn.recv_bytes())
+        except (EOFError, OSError) as e:
+            raise AlchemistError(
+                "the parameter server (on the server rank) is gone, so training cannot go on;"
+                " see that rank's log for why it stopped"
+            ) from e
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def advertised_host() -> tuple[str, str]:
+    """(bind host, host other ranks connect to) for a server on this process's node.
+
+    ``MASTER_ADDR`` (set by torchrun, and the rank-0 pod's address on Kubernetes) is the
+    address other nodes already use to reach this node; on loopback we bind loopback only.
+    """
+    master = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    if master in ("127.0.0.1", "localhost", "::1"):
+        return "127.0.0.1", "127.0.0.1"
+    return "0.0.0.0", master
+
+
+def start(
+    server_factory: Any, ctx: Any, server_rank: int, timeout: float
+) -> tuple[Any, ServerConnection]:
+    """Start the server on ``server_rank`` and connect this rank to it.
+
+    Collective: every rank must call it (it broadcasts the address over the job's
+    process group). Returns ``(server or None, connection)``.
+    """
+    import torch.distributed as dist
+
+    server = None
+    info: list[Any] = [None]
+    if ctx.rank == server_rank:
+        bind, host = advertised_host()
+        server = server_factory(bind)
+        info = [(host, server.port, server.authkey)]
+    dist.broadcast_object_list(info, src=server_rank)
+    host, port, authkey = info[0]
+    return server, ServerConnection((host, port), authkey, ctx.rank, timeout)

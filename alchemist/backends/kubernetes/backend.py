@@ -282,6 +282,8 @@ class KubernetesBackend(KubernetesConfig, Backend, metaclass=_Meta):
         status = status_from_objects(job, pods, events)
         if record and record.get("cancelling"):
             status = JobStatus(JobState.CANCELLED, "cancelled by the user", finished=time.time())
+        elif status.state is JobState.FAILED and "timeout" not in (status.reason or ""):
+            status.reason = _rank_failure(req) or status.reason
         if status.state.is_terminal:
             self._record_final(req, status)
             return self._recorded_final(req) or status
@@ -443,6 +445,18 @@ class KubernetesBackend(KubernetesConfig, Backend, metaclass=_Meta):
                     yield pending.decode("utf-8", "replace")
             finally:
                 resp.release_conn()
+
+
+def _rank_failure(req: JobRequest) -> str | None:
+    """ "rank r failed: <last error line>" from the rank logs on the shared volume, if any.
+
+    The pod's own log holds only the launcher's output (each rank writes its own log in
+    the job directory), so the ranks' logs say best what went wrong.
+    """
+    from alchemist.backends.local.supervisor import failure_reason
+
+    reason = failure_reason(req.job_dir, None)
+    return reason if reason.startswith("rank ") else None
 
 
 def _terminal_job(job: dict[str, Any]) -> bool:

@@ -187,10 +187,16 @@ def status_from_objects(
     if failed is not None:
         code: int | None = None
         reason = ""
-        for idx, pod in sorted(newest.items()):
+        # the newest pods first, then replaced ones (newest first): who failed last
+        older = sorted(
+            (p for p in pods if p not in newest.values()),
+            key=lambda p: p.get("metadata", {}).get("creationTimestamp") or "",
+            reverse=True,
+        )
+        for pod in [*(p for _, p in sorted(newest.items())), *older]:
             if pod.get("status", {}).get("phase") == "Failed":
                 code, desc = pod_failure(pod)
-                reason = f"worker {idx} {desc}"
+                reason = f"worker {pod_index(pod)} {desc}"
                 break
         cond_reason = failed.get("reason")
         if cond_reason == "DeadlineExceeded":

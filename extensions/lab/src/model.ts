@@ -386,7 +386,7 @@ export interface IFailure {
 export const EXTENSION_MISSING =
   'The Alchemist server extension is not running on this Jupyter server. ' +
   'Install alchemist in the server’s environment, run ' +
-  '`jupyter server extension enable alchemist` and restart the server.';
+  '`jupyter server extension enable alchemist.server` and restart the server.';
 
 /**
  * One line for the panel's message area: the server's own `message` when it sent

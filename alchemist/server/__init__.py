@@ -1,0 +1,35 @@
+"""The Alchemist Jupyter server extension: the REST API behind the JupyterLab panel.
+
+Installing the package enables it (``jupyter-config/jupyter_server_config.d/alchemist.json``
+ships in the wheel); by hand: ``jupyter server extension enable alchemist.server``.
+The routes live under ``<base_url>alchemist/api/v1/`` (see :mod:`alchemist.server.handlers`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alchemist.server.handlers import API_ROOT, setup_handlers
+
+__all__ = [
+    "API_ROOT",
+    "_jupyter_server_extension_points",
+    "_load_jupyter_server_extension",
+    "setup_handlers",
+]
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    """Where jupyter_server finds this extension (its loader is in this module)."""
+    return [{"module": "alchemist.server"}]
+
+
+def _load_jupyter_server_extension(serverapp: Any) -> None:
+    """Register the REST routes on the server's web application.
+
+    Args:
+        serverapp: the running ``jupyter_server.serverapp.ServerApp``.
+    """
+    setup_handlers(serverapp.web_app)
+    base_url = serverapp.web_app.settings.get("base_url", "/")
+    serverapp.log.info("Alchemist REST API at %s%s", base_url, API_ROOT)

@@ -1,0 +1,517 @@
+"""REST handlers of the Alchemist server extension (the API the JupyterLab panel calls).
+
+Routes, relative to the server's base URL (``/user/<name>/`` behind JupyterHub)::
+
+    GET    alchemist/api/v1                      version and backends (presence check)
+    GET    alchemist/api/v1/jobs?state=&limit=   the current user's jobs, newest first
+    POST   alchemist/api/v1/jobs                 submit a .py or .ipynb file as a job
+    POST   alchemist/api/v1/jobs/dryrun          what that submission would run; submits nothing
+    GET    alchemist/api/v1/jobs/ID              one job
+    DELETE alchemist/api/v1/jobs/ID              cancel it (idempotent)
+    GET    alchemist/api/v1/jobs/ID/metrics?since=CURSOR&max_bytes=N
+    GET    alchemist/api/v1/jobs/ID/logs?rank=R&since=CURSOR&limit_bytes=N
+    GET    alchemist/api/v1/jobs/ID/dryrun       the exact request the backend makes for it
+    POST   alchemist/api/v1/jobs/ID/tensorboard  start (or reuse) TensorBoard: ``{"url"}``
+
+Contract:
+
+- Every verb needs an authenticated user (``@web.authenticated``) and passes the
+  server's authorizer on the ``kernels`` resource (reads for GET, writes otherwise):
+  submitting a job runs code, like a kernel does.
+- Bodies and replies are JSON. An error is ``{"message": "<one line>"}`` (plus
+  ``"field"`` when one input is at fault) with status 400 (bad input: bad JSON, an
+  unknown or invalid field), 403 (another user's job), 404 (no such job), 501 (a
+  feature not installed) or 500.
+- The handlers call the client API (:mod:`alchemist.client`): submitting here and
+  from the magic is one code path. Every call that may block (the job store, the
+  backend, the file system) runs in a worker thread, off the event loop.
+- Logs and metrics are read from a byte cursor and bounded per request; the reply's
+  ``cursor`` is where the next request starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Callable
+from http.client import responses
+from pathlib import Path
+from typing import Any, TypeVar
+
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+
+from alchemist.errors import (
+    AlchemistError,
+    BackendError,
+    BundleError,
+    JobNotFoundError,
+    PermissionDeniedError,
+    SpecError,
+    UnknownBackendError,
+)
+
+#: Root of the versioned API, relative to the server's base URL.
+API_ROOT = "alchemist/api/v1"
+
+#: Default and largest bytes of log read per request.
+DEFAULT_LOG_BYTES = 256 * 1024
+MAX_LOG_BYTES = 1024 * 1024
+#: Default and largest bytes of metrics read per request.
+DEFAULT_METRICS_BYTES = 1024 * 1024
+MAX_METRICS_BYTES = 4 * 1024 * 1024
+#: Bytes read from the end of metrics.jsonl to find a job's latest event.
+LATEST_TAIL_BYTES = 16 * 1024
+#: Default and largest number of jobs in a listing.
+DEFAULT_LIST_LIMIT = 200
+MAX_LIST_LIMIT = 1000
+
+_ID = r"(?P<job_id>[A-Za-z0-9][A-Za-z0-9_.-]{0,63})"
+
+T = TypeVar("T")
+
+
+class RouteError(web.HTTPError):
+    """An error reply: ``status`` and one line, optionally naming the input ``field``."""
+
+    def __init__(self, status: int, message: str, field: str | None = None) -> None:
+        super().__init__(status)
+        self.message = message
+        self.field = field
+
+
+#: Fields a submission body may have, with their JSON types.
+_SUBMIT_FIELDS: dict[str, tuple[type, ...]] = {
+    "path": (str,),
+    "workers": (int,),
+    "gpus_per_worker": (int,),
+    "algorithm": (str,),
+    "algorithm_options": (dict,),
+    "backend": (str,),
+    "name": (str,),
+    "env": (dict,),
+    "max_restarts": (int,),
+    "timeout": (int, float),
+    "global_batch": (int,),
+}
+
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", dict: "an object"}
+
+
+def _translate(error: BaseException) -> RouteError:
+    """Map a domain error to its HTTP status; anything else is a 500 with one line."""
+    if isinstance(error, RouteError):
+        return error
+    if isinstance(error, JobNotFoundError):
+        return RouteError(404, str(error))
+    if isinstance(error, PermissionDeniedError):
+        return RouteError(403, str(error))
+    if isinstance(error, UnknownBackendError):
+        return RouteError(400, str(error), "backend")
+    if isinstance(error, (SpecError, BundleError)):
+        return RouteError(400, str(error))
+    if isinstance(error, BackendError):
+        return RouteError(502, str(error))
+    if isinstance(error, AlchemistError):
+        return RouteError(400, str(error))
+    return RouteError(
+        500,
+        f"internal error in the Alchemist server extension ({type(error).__name__}: {error});"
+        " see the Jupyter server log",
+    )
+
+
+class AlchemistHandler(APIHandler):
+    """Base of every route: JSON errors, query parsing, blocking calls in threads."""
+
+    # Submitting a job runs the user's code, as a kernel does: authorize like kernels.
+    auth_resource = "kernels"
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """Reply ``{"message", "field"?}`` for every error, never an HTML page."""
+        exc_info = kwargs.get("exc_info")
+        error = exc_info[1] if exc_info else None
+        reply: dict[str, Any]
+        if isinstance(error, RouteError):
+            reply = {"message": error.message}
+            if error.field:
+                reply["field"] = error.field
+        elif isinstance(error, web.HTTPError):
+            message = error.log_message or error.reason or responses.get(status_code, "")
+            if error.log_message and error.args:
+                message = error.log_message % error.args
+            reply = {"message": message}
+        else:
+            reply = {"message": responses.get(status_code, "error")}
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(reply))
+
+    def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
+        # A user's mistake (4xx) is no server fault: log one line, not a traceback.
+        if isinstance(value, RouteError) and value.status_code < 500:
+            self.log.info("alchemist API %s: %s", value.status_code, value.message)
+            return
+        super().log_exception(typ, value, tb)
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking client call in a thread; domain errors become JSON replies."""
+        try:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        except web.HTTPError:
+            raise
+        except Exception as e:
+            raise _translate(e) from e
+
+    def query(
+        self, allowed: dict[str, tuple[int, int, int]], text: tuple[str, ...] = ()
+    ) -> dict[str, int]:
+        """Parse integer query arguments; reject unknown ones.
+
+        Args:
+            allowed: per name, ``(default, minimum, maximum)``; a value above the
+                maximum is clamped to it (a bounded read), one below is an error.
+            text: names of further (text) arguments the route reads itself.
+
+        Raises:
+            RouteError: 400 for an unknown argument or one that is not an integer.
+        """
+        known = set(allowed) | set(text)
+        unknown = sorted(set(self.request.query_arguments) - known)
+        if unknown:
+            raise RouteError(
+                400,
+                f"unknown query argument(s): {', '.join(unknown)};"
+                f" allowed: {', '.join(sorted(known)) or 'none'}",
+                unknown[0],
+            )
+        out: dict[str, int] = {}
+        for name, (default, low, high) in allowed.items():
+            raw = self.get_query_argument(name, None)
+            if raw is None or raw == "":
+                out[name] = default
+                continue
+            try:
+                value = int(raw)
+            except ValueError:
+                raise RouteError(400, f"{name} must be an integer, got {raw!r}", name)
+            if value < low:
+                raise RouteError(400, f"{name} must be at least {low}, got {value}", name)
+            out[name] = min(value, high)
+        return out
+
+    def _root_dir(self) -> Path:
+        """The directory submitted paths are relative to (the server's root)."""
+        return Path(self.settings.get("server_root_dir") or os.getcwd())
+
+    def reply(self, data: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(data))
+
+    def json_body(self) -> dict[str, Any]:
+        """The request body as a JSON object.
+
+        Raises:
+            RouteError: 400 when the body is not JSON or not an object.
+        """
+        raw = self.request.body or b"{}"
+        try:
+            data = json.loads(raw)
+        except ValueError as e:
+            raise RouteError(400, f"the request body is not valid JSON: {e}")
+        if not isinstance(data, dict):
+            raise RouteError(400, "the request body must be a JSON object")
+        return data
+
+
+# -- blocking helpers run in threads ------------------------------------------------------
+
+
+def _latest_event(metrics_path: Path) -> dict[str, Any] | None:
+    """The newest well-formed event in the last few KiB of a metrics file, or None.
+
+    Reading only the tail keeps a listing cheap however long the jobs ran.
+    """
+    from alchemist.metrics.reader import parse_event
+
+    try:
+        with open(metrics_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - LATEST_TAIL_BYTES))
+            tail = f.read()
+    except FileNotFoundError:
+        return None
+    latest: dict[str, Any] | None = None
+    for line in reversed(tail.decode("utf-8", "replace").split("\n")):
+        event = parse_event(line.strip())
+        if event is None:
+            continue
+        if event.get("rank") == 0:
+            return event  # rank 0's view is the job's, when it logs
+        latest = latest or event
+    return latest
+
+
+def _describe(job: Any) -> dict[str, Any]:
+    """``Job.to_dict()`` plus the latest metric event (for the list's metric column)."""
+    data: dict[str, Any] = job.to_dict()
+    data["latest"] = _latest_event(job.job_dir.metrics)
+    return data
+
+
+def _list_jobs(state: str | None, limit: int) -> list[dict[str, Any]]:
+    from alchemist import client
+
+    return [_describe(job) for job in client.jobs(state=state or None, limit=limit)]
+
+
+def _job(job_id: str) -> Any:
+    from alchemist import client
+
+    return client.attach(job_id)
+
+
+def _get_job(job_id: str) -> dict[str, Any]:
+    return _describe(_job(job_id))
+
+
+def _cancel_job(job_id: str) -> dict[str, Any]:
+    job = _job(job_id)
+    job.cancel()
+    return _describe(job)
+
+
+def _job_dryrun(job_id: str) -> dict[str, Any]:
+    from alchemist.backends.api import JobRequest
+
+    job = _job(job_id)
+    info = job.backend.dryrun(JobRequest(job.id, job.owner, job.spec, job.job_dir))
+    return {"job_id": job.id, **info.to_dict()}
+
+
+def _metrics(job_id: str, since: int, max_bytes: int) -> dict[str, Any]:
+    from alchemist.metrics.reader import MetricsReader
+
+    job = _job(job_id)
+    path = job.job_dir.metrics
+    events, cursor = MetricsReader(path).read(since, max_bytes=max_bytes)
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        size = 0
+    return {"events": events, "cursor": cursor, "more": cursor < size}
+
+
+def _logs(job_id: str, rank: int, since: int, limit_bytes: int) -> dict[str, Any]:
+    job = _job(job_id)
+    chunk = job.log_chunk(rank, since, limit_bytes)
+    return {
+        "rank": chunk.rank,
+        "lines": chunk.lines,
+        "cursor": chunk.cursor,
+        "truncated": chunk.truncated,
+        "ranks": job.ranks(),
+    }
+
+
+def _submit(path: Path, options: dict[str, Any], dry_run: bool) -> dict[str, Any]:
+    from alchemist import client
+
+    result = client.submit(path, dry_run=dry_run, **options)
+    if dry_run:
+        data: dict[str, Any] = result.to_dict()
+        return data
+    return _describe(result)
+
+
+def _tensorboard(job_id: str) -> Any:
+    job = _job(job_id)
+    try:
+        from alchemist.tensorboard import open_tensorboard
+    except ImportError:
+        raise RouteError(501, "TensorBoard support is not part of this alchemist installation")
+    return open_tensorboard(job)
+
+
+# -- request validation ---------------------------------------------------------------------
+
+
+def _check_submit_body(data: dict[str, Any], root_dir: Path) -> tuple[Path, dict[str, Any]]:
+    """Validate a submission body; return the file to run and the client options.
+
+    Raises:
+        RouteError: 400 naming the field: unknown, missing, of the wrong type, or a path
+            outside the server's root, missing, or not a .py/.ipynb file.
+    """
+    unknown = sorted(set(data) - set(_SUBMIT_FIELDS))
+    if unknown:
+        raise RouteError(
+            400,
+            f"unknown field(s): {', '.join(unknown)}; allowed: {', '.join(_SUBMIT_FIELDS)}",
+            unknown[0],
+        )
+    for key, value in data.items():
+        types = _SUBMIT_FIELDS[key]
+        if isinstance(value, bool) or not isinstance(value, types):
+            if key in ("timeout",) and value is None:
+                continue
+            want = " or ".join(_TYPE_NAMES[t] for t in types)
+            raise RouteError(400, f"{key} must be {want}, got {json.dumps(value)}", key)
+    env = data.get("env") or {}
+    for k, v in env.items():
+        if not isinstance(v, str):
+            raise RouteError(
+                400, f"env[{k!r}] must be a string (environment values are text)", "env"
+            )
+    raw_path = data.get("path")
+    if not raw_path:
+        raise RouteError(400, "path is required: the .py or .ipynb file to run", "path")
+    root = root_dir.expanduser().resolve()
+    full = (root / raw_path.lstrip("/")).resolve()
+    if full != root and root not in full.parents:
+        raise RouteError(400, f"path {raw_path!r} is outside the server's root directory", "path")
+    if full.suffix not in (".py", ".ipynb"):
+        raise RouteError(400, f"path {raw_path!r} is not a .py script or .ipynb notebook", "path")
+    if not full.is_file():
+        raise RouteError(400, f"path {raw_path!r} does not exist under the server's root", "path")
+    options = {k: v for k, v in data.items() if k != "path" and v is not None}
+    return full, options
+
+
+# -- handlers --------------------------------------------------------------------------------
+
+
+class RootHandler(AlchemistHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        from alchemist import __version__
+        from alchemist.backends import backend_names
+
+        self.query({})
+        self.reply({"version": __version__, "backends": backend_names()})
+
+
+class JobsHandler(AlchemistHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """List the current user's jobs, newest first (``?state=`` filters)."""
+        args = self.query({"limit": (DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT)}, text=("state",))
+        state = self.get_query_argument("state", "") or None
+        if state is not None:
+            from alchemist.spec import JobState
+
+            states = [s.value for s in JobState]
+            if state not in states:
+                raise RouteError(
+                    400, f"state {state!r} is unknown; choose one of {', '.join(states)}", "state"
+                )
+        jobs = await self.call(_list_jobs, state, args["limit"])
+        self.reply({"jobs": jobs})
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        """Submit a file as a job; replies 201 with the job."""
+        self.query({})
+        path, options = _check_submit_body(self.json_body(), self._root_dir())
+        job = await self.call(_submit, path, options, False)
+        self.set_header("Location", url_path_join(self.base_url, API_ROOT, "jobs", job["id"]))
+        self.reply(job, status=201)
+
+
+class DryRunPreviewHandler(AlchemistHandler):
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        """What submitting this body would run; submits nothing."""
+        self.query({})
+        path, options = _check_submit_body(self.json_body(), self._root_dir())
+        self.reply(await self.call(_submit, path, options, True))
+
+
+class JobHandler(AlchemistHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        self.query({})
+        self.reply(await self.call(_get_job, job_id))
+
+    @web.authenticated
+    @authorized
+    async def delete(self, job_id: str) -> None:
+        """Cancel the job (idempotent); replies with the job as it is afterwards."""
+        self.query({})
+        self.reply(await self.call(_cancel_job, job_id))
+
+
+class MetricsHandler(AlchemistHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        args = self.query(
+            {
+                "since": (0, 0, 1 << 62),
+                "max_bytes": (DEFAULT_METRICS_BYTES, 1, MAX_METRICS_BYTES),
+            }
+        )
+        self.reply(await self.call(_metrics, job_id, args["since"], args["max_bytes"]))
+
+
+class LogsHandler(AlchemistHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        args = self.query(
+            {
+                "rank": (0, 0, 1 << 20),
+                "since": (0, 0, 1 << 62),
+                "limit_bytes": (DEFAULT_LOG_BYTES, 1, MAX_LOG_BYTES),
+            }
+        )
+        self.reply(await self.call(_logs, job_id, args["rank"], args["since"], args["limit_bytes"]))
+
+
+class JobDryRunHandler(AlchemistHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        self.query({})
+        self.reply(await self.call(_job_dryrun, job_id))
+
+
+class TensorBoardHandler(AlchemistHandler):
+    @web.authenticated
+    @authorized
+    async def post(self, job_id: str) -> None:
+        """Start (or reuse) TensorBoard on the job's event files; reply ``{"url"}``."""
+        self.query({})
+        self.json_body()  # no fields, but a malformed body is still an error
+        result = await self.call(_tensorboard, job_id)
+        url = result if isinstance(result, str) else getattr(result, "url", None)
+        if not isinstance(url, str):
+            raise RouteError(500, "TensorBoard started but reported no URL; see the server log")
+        if not url.startswith(("http://", "https://", "/")):
+            url = url_path_join(self.base_url, url)
+        self.reply({"url": url})
+
+
+def setup_handlers(web_app: Any) -> None:
+    """Add the Alchemist routes to a Jupyter server's tornado application."""
+    base = url_path_join(web_app.settings.get("base_url", "/"), API_ROOT)
+    routes: list[tuple[str, type[AlchemistHandler]]] = [
+        ("", RootHandler),
+        ("/jobs", JobsHandler),
+        ("/jobs/dryrun", DryRunPreviewHandler),
+        (f"/jobs/{_ID}", JobHandler),
+        (f"/jobs/{_ID}/metrics", MetricsHandler),
+        (f"/jobs/{_ID}/logs", LogsHandler),
+        (f"/jobs/{_ID}/dryrun", JobDryRunHandler),
+        (f"/jobs/{_ID}/tensorboard", TensorBoardHandler),
+    ]
+    web_app.add_handlers(".*$", [(base + path + "/?", handler) for path, handler in routes])

@@ -1,0 +1,65 @@
+"""Fixtures for the REST handler tests: a real Jupyter server with the extension on.
+
+pytest-jupyter's fixtures (``jp_serverapp``, ``jp_fetch``, ...) run a real
+``jupyter_server.ServerApp`` in this process; requests go over real HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pytest_jupyter.jupyter_server import *  # noqa: F403  (fixtures and hooks)
+
+from tests.server.jobs import USER, Api
+
+
+@pytest.fixture
+def jp_server_config() -> dict[str, Any]:  # type: ignore[no-redef]
+    return {"ServerApp": {"jpserver_extensions": {"alchemist.server": True}}}
+
+
+@pytest.fixture(autouse=True)
+def hub_user(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The server's user, as JupyterHub's single-user server exports it."""
+    monkeypatch.setenv("JUPYTERHUB_USER", USER)
+    return USER
+
+
+@pytest.fixture
+def api(jp_fetch: Any) -> Api:
+    """``await api("GET", "jobs", params=..., body=...)`` → ``(status, json)``."""
+
+    async def call(
+        method: str,
+        *parts: str,
+        params: dict[str, Any] | None = None,
+        body: Any = None,
+        raw_body: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:
+        kwargs: dict[str, Any] = {"method": method, "raise_error": False}
+        if params:
+            kwargs["params"] = params
+        if headers:
+            kwargs["headers"] = headers
+        if raw_body is not None:
+            kwargs["body"] = raw_body
+        elif body is not None:
+            kwargs["body"] = json.dumps(body)
+        elif method in ("POST", "PUT", "PATCH"):
+            kwargs["body"] = "{}"
+        response = await jp_fetch("alchemist", "api", "v1", *parts, **kwargs)
+        text = response.body.decode() if response.body else ""
+        assert response.headers.get("Content-Type", "").startswith("application/json"), text
+        return response.code, json.loads(text) if text else None
+
+    return call
+
+
+@pytest.fixture
+def root(jp_root_dir: Path) -> Path:
+    """The Jupyter server's root directory (where submitted paths are resolved)."""
+    return Path(jp_root_dir)

@@ -1,0 +1,376 @@
+"""The REST API behind the JupyterLab panel, against a real Jupyter server.
+
+Routes are called over HTTP with pytest-jupyter's ``jp_fetch`` (token-authenticated).
+Finished jobs are recorded in the real job store with their files on disk; two tests
+run real jobs on the local backend (torchrun), one to success and one to cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from alchemist.store import get_store
+from tests.server.jobs import USER, Api, make_record, write_events
+
+TRAIN_NOTEBOOK = {
+    "cells": [
+        {"cell_type": "markdown", "metadata": {}, "source": ["# a notebook job"]},
+        {
+            "cell_type": "code",
+            "metadata": {},
+            "execution_count": None,
+            "outputs": [],
+            "source": ["import alchemist\n", "steps = 3\n"],
+        },
+        {
+            "cell_type": "code",
+            "metadata": {},
+            "execution_count": None,
+            "outputs": [],
+            "source": [
+                "ctx = alchemist.context()\n",
+                "for step in range(steps):\n",
+                "    alchemist.log(step, loss=1.0 / (step + 1))\n",
+                "print(f'cells ran in order on rank {ctx.rank} of {ctx.world_size}')\n",
+            ],
+        },
+    ],
+    "metadata": {},
+    "nbformat": 4,
+    "nbformat_minor": 5,
+}
+
+
+async def wait_for_state(api: Api, job_id: str, states: set[str], timeout: float) -> dict[str, Any]:
+    """Poll the job until it is in one of ``states``; fail with its last view after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    job: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        code, job = await api("GET", "jobs", job_id)
+        assert code == 200, job
+        if job["state"] in states:
+            return job
+        await asyncio.sleep(0.5)
+    pytest.fail(f"job {job_id} did not reach {states} in {timeout}s: {job}")
+
+
+# -- listing and reading -----------------------------------------------------------------------
+
+
+async def test_root_says_version_and_backends(api: Api) -> None:
+    code, body = await api("GET")
+    assert code == 200
+    assert body["version"]
+    assert "local" in body["backends"]
+
+
+async def test_list_is_the_users_jobs_newest_first_filtered_by_state(api: Api) -> None:
+    now = time.time()
+    old, _ = make_record(name="old", created=now - 100)
+    new, new_dir = make_record(name="new", created=now - 10, state="failed")
+    make_record(name="theirs", owner="bob", created=now)
+    write_events(new_dir, [{"rank": 0, "step": 7, "time": now, "values": {"loss": 0.25}}])
+
+    code, body = await api("GET", "jobs")
+    assert code == 200
+    assert [j["id"] for j in body["jobs"]] == [new.id, old.id]
+    assert body["jobs"][0]["owner"] == USER
+    assert body["jobs"][0]["latest"]["values"] == {"loss": 0.25}
+    assert body["jobs"][1]["latest"] is None
+
+    code, body = await api("GET", "jobs", params={"state": "succeeded"})
+    assert [j["id"] for j in body["jobs"]] == [old.id]
+
+
+async def test_list_rejects_an_unknown_state_or_argument(api: Api) -> None:
+    code, body = await api("GET", "jobs", params={"state": "sleeping"})
+    assert (code, body["field"]) == (400, "state")
+    assert "choose one of" in body["message"]
+    code, body = await api("GET", "jobs", params={"sort": "name"})
+    assert (code, body["field"]) == (400, "sort")
+    code, body = await api("GET", "jobs", params={"limit": "many"})
+    assert (code, body["field"]) == (400, "limit")
+
+
+async def test_get_job_and_its_latest_metric(api: Api) -> None:
+    record, job_dir = make_record(name="one")
+    write_events(
+        job_dir,
+        [
+            {"rank": 0, "step": 1, "time": 1.0, "values": {"loss": 1.0}},
+            {"rank": 0, "step": 2, "time": 2.0, "values": {"loss": 0.5}},
+            {"rank": 1, "step": 2, "time": 2.0, "values": {"loss": 0.6}},
+        ],
+    )
+    code, job = await api("GET", "jobs", record.id)
+    assert code == 200
+    assert job["id"] == record.id and job["name"] == "one" and job["state"] == "succeeded"
+    assert job["spec"]["workers"] == 2
+    # rank 0's newest event stands for the job
+    assert job["latest"]["values"] == {"loss": 0.5}
+
+
+async def test_unknown_job_is_404_on_every_job_route(api: Api) -> None:
+    for method, parts in [
+        ("GET", ()),
+        ("DELETE", ()),
+        ("GET", ("metrics",)),
+        ("GET", ("logs",)),
+        ("GET", ("dryrun",)),
+        ("POST", ("tensorboard",)),
+    ]:
+        code, body = await api(method, "jobs", "jnosuchjob", *parts)
+        assert code == 404, (method, parts, body)
+        assert "jnosuchjob" in body["message"]
+
+
+async def test_another_users_job_is_403_and_left_alone(api: Api) -> None:
+    record, _ = make_record(owner="bob", state="running")
+    for method, parts in [
+        ("GET", ()),
+        ("DELETE", ()),
+        ("GET", ("metrics",)),
+        ("GET", ("logs",)),
+        ("GET", ("dryrun",)),
+        ("POST", ("tensorboard",)),
+    ]:
+        code, body = await api(method, "jobs", record.id, *parts)
+        assert code == 403, (method, parts, body)
+        assert "another user" in body["message"]
+    stored = get_store().get(record.id)
+    assert stored is not None and stored.state == "running"
+
+
+async def test_requests_without_a_valid_token_are_refused(api: Api) -> None:
+    code, body = await api("GET", "jobs", headers={"Authorization": "token wrong"})
+    assert code == 403
+    assert "message" in body
+
+
+# -- metrics and logs ----------------------------------------------------------------------------
+
+
+async def test_metrics_from_a_cursor(api: Api) -> None:
+    record, job_dir = make_record()
+    write_events(job_dir, [{"rank": 0, "step": s, "values": {"loss": s}} for s in range(3)])
+    code, body = await api("GET", "jobs", record.id, "metrics")
+    assert code == 200
+    assert [e["step"] for e in body["events"]] == [0, 1, 2]
+    assert body["more"] is False
+    cursor = body["cursor"]
+
+    write_events(job_dir, [{"rank": 1, "step": 3, "values": {"loss": 3}}])
+    code, body = await api("GET", "jobs", record.id, "metrics", params={"since": cursor})
+    assert [(e["rank"], e["step"]) for e in body["events"]] == [(1, 3)]
+
+    code, body = await api("GET", "jobs", record.id, "metrics", params={"since": body["cursor"]})
+    assert body["events"] == []
+
+
+async def test_metrics_are_paged_by_bytes(api: Api) -> None:
+    record, job_dir = make_record()
+    write_events(job_dir, [{"rank": 0, "step": s, "values": {"loss": s}} for s in range(200)])
+    steps: list[int] = []
+    cursor, pages = 0, 0
+    while True:
+        code, body = await api(
+            "GET", "jobs", record.id, "metrics", params={"since": cursor, "max_bytes": 1000}
+        )
+        assert code == 200
+        assert len(json.dumps(body["events"])) < 3000
+        steps += [e["step"] for e in body["events"]]
+        cursor, pages = body["cursor"], pages + 1
+        if not body["more"]:
+            break
+    assert steps == list(range(200))
+    assert pages > 5
+
+
+async def test_metrics_reject_a_bad_cursor(api: Api) -> None:
+    record, _ = make_record()
+    code, body = await api("GET", "jobs", record.id, "metrics", params={"since": "-1"})
+    assert (code, body["field"]) == (400, "since")
+    code, body = await api("GET", "jobs", record.id, "metrics", params={"since": "abc"})
+    assert (code, body["field"]) == (400, "since")
+
+
+async def test_very_long_logs_are_paged_and_bounded(api: Api) -> None:
+    record, job_dir = make_record()
+    line = "x" * 99  # 100 bytes a line with its newline
+    n_lines = 30_000  # a 3 MB log
+    job_dir.rank_log(1).write_text("".join(f"{i:08d}{line[8:]}\n" for i in range(n_lines)))
+
+    # the default page is bounded (256 KiB) and says more is waiting
+    code, body = await api("GET", "jobs", record.id, "logs", params={"rank": 1})
+    assert code == 200
+    assert body["truncated"] is True
+    assert sum(len(x) + 1 for x in body["lines"]) <= 256 * 1024
+    assert body["ranks"] == [1]
+
+    # asking for more than the cap gets the cap (1 MiB), not the whole file
+    code, body = await api(
+        "GET", "jobs", record.id, "logs", params={"rank": 1, "limit_bytes": 10**9}
+    )
+    assert sum(len(x) + 1 for x in body["lines"]) <= 1024 * 1024
+
+    # paging from the cursor returns every line exactly once, in order
+    seen: list[int] = []
+    cursor = 0
+    while True:
+        code, body = await api(
+            "GET", "jobs", record.id, "logs", params={"rank": 1, "since": cursor}
+        )
+        seen += [int(x[:8]) for x in body["lines"]]
+        cursor = body["cursor"]
+        if not body["truncated"]:
+            break
+    assert seen == list(range(n_lines))
+
+
+async def test_logs_of_a_rank_that_wrote_nothing_are_empty(api: Api) -> None:
+    record, _ = make_record()
+    code, body = await api("GET", "jobs", record.id, "logs", params={"rank": 3, "since": 0})
+    assert code == 200
+    assert body["lines"] == [] and body["cursor"] == 0
+    code, body = await api("GET", "jobs", record.id, "logs", params={"rank": "one"})
+    assert (code, body["field"]) == (400, "rank")
+
+
+async def test_dryrun_of_a_recorded_job_is_the_backend_request(api: Api) -> None:
+    record, _ = make_record(workers=2)
+    code, body = await api("GET", "jobs", record.id, "dryrun")
+    assert code == 200
+    assert body["backend"] == "local"
+    assert body["job_id"] == record.id
+    assert "alchemist" in body["text"]
+    assert body["request"]
+
+
+# -- submission: input checks --------------------------------------------------------------
+
+
+async def test_submit_rejects_bad_json(api: Api) -> None:
+    for route in (("jobs",), ("jobs", "dryrun")):
+        code, body = await api("POST", *route, raw_body="{not json")
+        assert code == 400
+        assert "not valid JSON" in body["message"]
+        code, body = await api("POST", *route, raw_body="[1, 2]")
+        assert code == 400
+        assert "JSON object" in body["message"]
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "words"),
+    [
+        ({"colour": "red"}, "colour", "unknown field"),
+        ({"workers": "2"}, "workers", "must be an integer"),
+        ({"workers": True}, "workers", "must be an integer"),
+        ({"env": {"A": 1}}, "env", "must be a string"),
+        ({"env": ["A=1"]}, "env", "must be an object"),
+        ({"path": ""}, "path", "path is required"),
+        ({"path": "../outside.py"}, "path", "outside the server's root"),
+        ({"path": "missing.py"}, "path", "does not exist"),
+        ({"path": "data.txt"}, "path", "not a .py script"),
+        ({"backend": "mainframe"}, "backend", "unknown backend"),
+    ],
+)
+async def test_submit_names_the_bad_field(
+    api: Api, root: Path, change: dict[str, Any], field: str, words: str
+) -> None:
+    (root / "train.py").write_text("print('hi')\n")
+    (root / "data.txt").write_text("1,2\n")
+    (root.parent / "outside.py").write_text("print('escaped')\n")
+    body = {"path": "train.py", "workers": 1, **change}
+    for route in (("jobs",), ("jobs", "dryrun")):
+        code, reply = await api("POST", *route, body=body)
+        assert code == 400, reply
+        assert reply.get("field") == field, reply
+        assert words in reply["message"], reply
+    code, listing = await api("GET", "jobs")
+    assert listing["jobs"] == []
+
+
+async def test_submit_reports_spec_and_bundle_errors_as_400(api: Api, root: Path) -> None:
+    (root / "train.py").write_text("print('hi')\n")
+    (root / "broken.py").write_text("def f(:\n")
+    code, body = await api("POST", "jobs", body={"path": "train.py", "algorithm": "magic"})
+    assert code == 400 and "algorithm" in body["message"]
+    code, body = await api("POST", "jobs", body={"path": "train.py", "workers": 0})
+    assert code == 400 and "workers" in body["message"]
+    code, body = await api("POST", "jobs", body={"path": "broken.py"})
+    assert code == 400, body
+    code, listing = await api("GET", "jobs")
+    assert listing["jobs"] == []
+
+
+async def test_dryrun_preview_shows_the_command_and_submits_nothing(
+    api: Api, root: Path, alchemist_home: Path
+) -> None:
+    (root / "sub").mkdir()
+    (root / "sub" / "train.py").write_text("print('hi')\n")
+    code, body = await api(
+        "POST",
+        "jobs",
+        "dryrun",
+        body={"path": "/sub/train.py", "workers": 3, "name": "preview", "env": {"SEED": "7"}},
+    )
+    assert code == 200, body
+    assert "nothing was submitted" in body["text"]
+    assert "world size 3" in body["text"]
+    assert body["spec"]["name"] == "preview"
+    assert body["spec"]["env"] == {"SEED": "7"}
+    assert body["spec"]["entry"] == "script"
+    code, listing = await api("GET", "jobs")
+    assert listing["jobs"] == []
+    assert not any((alchemist_home / "jobs").glob("*/spec.json"))
+
+
+# -- submission: real jobs ------------------------------------------------------------------------
+
+
+async def test_submit_a_notebook_runs_its_code_cells_in_order(api: Api, root: Path) -> None:
+    (root / "train.ipynb").write_text(json.dumps(TRAIN_NOTEBOOK))
+    code, job = await api(
+        "POST", "jobs", body={"path": "train.ipynb", "workers": 2, "env": {"OMP_NUM_THREADS": "1"}}
+    )
+    assert code == 201, job
+    assert job["name"] == "train" and job["owner"] == USER
+    assert job["spec"]["workers"] == 2 and job["spec"]["entry"] == "script"
+
+    done = await wait_for_state(api, job["id"], {"succeeded", "failed", "cancelled"}, 180)
+    assert done["state"] == "succeeded", done
+    assert done["latest"]["values"] == {"loss": pytest.approx(1 / 3)}
+
+    code, metrics = await api("GET", "jobs", job["id"], "metrics")
+    assert sorted((e["rank"], e["step"]) for e in metrics["events"] if e["rank"] == 0) == [
+        (0, 0),
+        (0, 1),
+        (0, 2),
+    ]
+    for rank in (0, 1):
+        code, logs = await api("GET", "jobs", job["id"], "logs", params={"rank": rank})
+        assert f"cells ran in order on rank {rank} of 2" in logs["lines"], logs
+    assert logs["ranks"] == [0, 1]
+
+
+async def test_cancel_a_running_job(api: Api, root: Path) -> None:
+    (root / "long.py").write_text("import time\nprint('started', flush=True)\ntime.sleep(600)\n")
+    code, job = await api("POST", "jobs", body={"path": "long.py", "workers": 2})
+    assert code == 201, job
+    await wait_for_state(api, job["id"], {"running"}, 120)
+
+    code, after = await api("DELETE", "jobs", job["id"])
+    assert code == 200, after
+    done = await wait_for_state(api, job["id"], {"cancelled", "failed", "succeeded"}, 60)
+    assert done["state"] == "cancelled", done
+
+    # cancelling again is a no-op that keeps the state
+    code, again = await api("DELETE", "jobs", job["id"])
+    assert (code, again["state"]) == (200, "cancelled")
+    # (the suite's autouse fixture fails the test if any worker was left running)

@@ -14,12 +14,16 @@ naming rules of its own. Its shape::
                  home: {enabled, capacity, storageClassName, mountPath}, profiles}
     shared:     {claimName, mountPath}
     kueue:      {enabled, localQueue}
+    workers:    {nodeSelector, tolerations, shmSize}
 
 The notebook pod gets the environment the ``kubernetes`` backend reads
 (:func:`backend_environment`): ``ALCHEMIST_BACKEND=kubernetes``, ``ALCHEMIST_HOME``,
 ``ALCHEMIST_K8S_NAMESPACE``, ``ALCHEMIST_K8S_IMAGE``, ``ALCHEMIST_K8S_PVC``,
 ``ALCHEMIST_K8S_MOUNT_PATH``, ``ALCHEMIST_K8S_SERVICE_ACCOUNT``,
-``ALCHEMIST_K8S_GPU_RESOURCE`` and ``ALCHEMIST_K8S_QUEUE``.
+``ALCHEMIST_K8S_GPU_RESOURCE`` and ``ALCHEMIST_K8S_QUEUE``, plus the worker pods'
+``ALCHEMIST_K8S_RUN_AS_USER``/``_GROUP`` (the notebook's uid and fsGid, so both can
+write the shared job directories), ``ALCHEMIST_K8S_NODE_SELECTOR`` and
+``ALCHEMIST_K8S_TOLERATIONS`` (JSON) and ``ALCHEMIST_K8S_SHM_SIZE``.
 
 Nothing here imports torch or kubernetes: the hub image has neither.
 """
@@ -27,6 +31,7 @@ Nothing here imports torch or kubernetes: the hub image has neither.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -74,7 +79,8 @@ def backend_environment(values: Mapping[str, Any]) -> dict[str, str]:
 
     Returns:
         Variable name to value; ``ALCHEMIST_K8S_QUEUE`` is present only when Kueue is
-        enabled. ``singleuser.extraEnv`` entries are added last and win.
+        enabled, the worker placement variables only when set. ``singleuser.extraEnv``
+        entries are added last and win.
 
     Raises:
         HubConfigError: If a required key is missing.
@@ -82,6 +88,7 @@ def backend_environment(values: Mapping[str, Any]) -> dict[str, str]:
     single = _section(values, "singleuser")
     shared = _section(values, "shared")
     kueue = _section(values, "kueue")
+    workers = _section(values, "workers")
     mount_path = str(_required(shared, "mountPath", "shared"))
     env = {
         "ALCHEMIST_BACKEND": "kubernetes",
@@ -94,7 +101,15 @@ def backend_environment(values: Mapping[str, Any]) -> dict[str, str]:
             _required(single, "workerServiceAccount", "singleuser")
         ),
         "ALCHEMIST_K8S_GPU_RESOURCE": str(single.get("gpuResource") or DEFAULT_GPU_RESOURCE),
+        "ALCHEMIST_K8S_RUN_AS_USER": str(int(single.get("uid", 1000))),
+        "ALCHEMIST_K8S_RUN_AS_GROUP": str(int(single.get("fsGid", 100))),
     }
+    if workers.get("nodeSelector"):
+        env["ALCHEMIST_K8S_NODE_SELECTOR"] = json.dumps(dict(workers["nodeSelector"]))
+    if workers.get("tolerations"):
+        env["ALCHEMIST_K8S_TOLERATIONS"] = json.dumps(list(workers["tolerations"]))
+    if workers.get("shmSize"):
+        env["ALCHEMIST_K8S_SHM_SIZE"] = str(workers["shmSize"])
     if kueue.get("enabled"):
         env["ALCHEMIST_K8S_QUEUE"] = str(_required(kueue, "localQueue", "kueue"))
     extra = single.get("extraEnv") or {}

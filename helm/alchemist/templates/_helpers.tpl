@@ -81,11 +81,10 @@ Helm resolves every name here; the Python side holds no naming rules.
   "allowedUsers" .Values.hub.allowedUsers
   "openSignup" .Values.hub.openSignup
 -}}
-{{- if eq .Values.hub.db.type "url" -}}
-{{- $_ := set $hub "dbUrl" .Values.hub.db.url -}}
-{{- else if eq .Values.hub.db.type "sqlite-memory" -}}
+{{- /* db.type "url": the URL is a secret; the hub reads it from ALCHEMIST_HUB_DB_URL. */ -}}
+{{- if eq .Values.hub.db.type "sqlite-memory" -}}
 {{- $_ := set $hub "dbUrl" "sqlite://" -}}
-{{- else -}}
+{{- else if eq .Values.hub.db.type "sqlite-pvc" -}}
 {{- $_ := set $hub "dbUrl" "sqlite:////srv/jupyterhub/jupyterhub.sqlite" -}}
 {{- end -}}
 {{- $pullSecrets := list -}}
@@ -116,6 +115,7 @@ Helm resolves every name here; the Python side holds no naming rules.
   "singleuser" $single
   "shared" (dict "claimName" (include "alchemist.sharedClaim" .) "mountPath" .Values.shared.mountPath)
   "kueue" (dict "enabled" .Values.kueue.enabled "localQueue" .Values.kueue.localQueue)
+  "workers" .Values.workers
 -}}
 {{- toYaml $doc -}}
 {{- end -}}

@@ -1,0 +1,61 @@
+"""Helpers of the chart tests: find the real Helm binary and render the chart.
+
+Helm comes from ``scripts/setup.d/30-helm.sh`` (``.cache/bin/helm``); a ``helm`` on PATH
+is used otherwise.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "helm" / "alchemist"
+ALL_ON_VALUES = Path(__file__).resolve().parent / "values-all-on.yaml"
+
+
+def find_helm() -> str | None:
+    """The Helm binary the setup step installs, else one on PATH."""
+    local = REPO / ".cache" / "bin" / "helm"
+    if local.is_file():
+        return str(local)
+    return shutil.which("helm")
+
+
+def run_helm(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``helm ARGS`` offline and capture its output (never raises on failure)."""
+    return subprocess.run(
+        [helm, *args], capture_output=True, text=True, timeout=60, check=False, cwd=REPO
+    )
+
+
+def render(
+    helm: str,
+    values_files: Sequence[Path] = (),
+    sets: Sequence[str] = (),
+    namespace: str = "alchemist",
+    release: str = "demo",
+) -> list[dict[str, Any]]:
+    """``helm template`` the chart and return the rendered objects.
+
+    Raises:
+        AssertionError: With Helm's own message if rendering fails.
+    """
+    args = ["template", release, str(CHART), "--namespace", namespace]
+    for f in values_files:
+        args += ["--values", str(f)]
+    for s in sets:
+        args += ["--set", s]
+    proc = run_helm(helm, *args)
+    assert proc.returncode == 0, proc.stderr
+    return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+
+
+def find(docs: list[dict[str, Any]], kind: str, name_suffix: str = "") -> list[dict[str, Any]]:
+    """The rendered objects of ``kind`` whose name ends with ``name_suffix``."""
+    return [d for d in docs if d["kind"] == kind and d["metadata"]["name"].endswith(name_suffix)]

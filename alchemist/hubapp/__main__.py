@@ -1,0 +1,176 @@
+"""``python -m alchemist.hubapp``: start the embedded hub, or manage its accounts.
+
+::
+
+    python -m alchemist.hubapp [start] [JUPYTERHUB_ARGS...]
+    python -m alchemist.hubapp add-user NAME [--password-stdin]
+    python -m alchemist.hubapp reset-password NAME [--password-stdin]
+
+``start`` prepares the state directory, creates the admin account on the first start
+and prints its generated password (once: only a hash is stored), then replaces itself
+with ``jupyterhub -f hub/jupyterhub_config.py``. ``add-user`` and ``reset-password``
+print a generated password unless one is piped in; they work while the hub runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import re
+import socket
+import sys
+from pathlib import Path
+
+from alchemist.hubapp.accounts import (
+    check_account_name_free,
+    closed_dirs,
+    ensure_admin,
+    generate_password,
+    has_password,
+    open_hub_db,
+    set_password,
+)
+from alchemist.hubapp.settings import REPO_ROOT, USERNAME_PATTERN, HubConfigError, HubSettings
+
+
+def config_file() -> Path:
+    """The JupyterHub config file: ``$ALCHEMIST_HUB_CONFIG`` or the repository's."""
+    path = Path(
+        os.environ.get("ALCHEMIST_HUB_CONFIG") or REPO_ROOT / "hub" / "jupyterhub_config.py"
+    )
+    if not path.is_file():
+        raise HubConfigError(
+            f"no hub config at {path}: run from an Alchemist checkout"
+            " or set ALCHEMIST_HUB_CONFIG to hub/jupyterhub_config.py"
+        )
+    return path.resolve()
+
+
+def check_port_free(ip: str, port: int, variable: str) -> None:
+    """Raise a one-line error naming ``variable`` when ``ip:port`` cannot be bound."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((ip, port))
+        except OSError as e:
+            why = (
+                "is in use (is a hub already running?)"
+                if e.errno == errno.EADDRINUSE
+                else f"cannot be bound ({e.strerror})"
+            )
+            raise HubConfigError(f"port {port} on {ip} {why}: set {variable} to a free port") from e
+
+
+def prepare(settings: HubSettings) -> str | None:
+    """Check the setup and create the state directory and the admin account.
+
+    Returns:
+        The admin's generated password when the admin was created now, else None.
+
+    Raises:
+        HubConfigError: something is missing or clashes; the message names the fix.
+    """
+    proxy = Path(settings.proxy_cmd)
+    if not (proxy.is_file() and os.access(proxy, os.X_OK)):
+        raise HubConfigError(
+            f"configurable-http-proxy not found at {proxy}: run scripts/setup.sh"
+            " (or bash scripts/setup.d/10-hub.sh), or set ALCHEMIST_HUB_PROXY_CMD"
+        )
+    check_port_free(settings.ip, settings.port, "ALCHEMIST_HUB_PORT")
+    check_port_free("127.0.0.1", settings.api_port, "ALCHEMIST_HUB_API_PORT")
+    check_port_free("127.0.0.1", settings.proxy_api_port, "ALCHEMIST_HUB_PROXY_PORT")
+    settings.hub_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(settings.hub_dir, 0o700)
+    if settings.isolation == "accounts":
+        closed = closed_dirs(Path(sys.executable))
+        if closed:
+            dirs = " ".join(str(d) for d in closed)
+            raise HubConfigError(
+                f"users' servers cannot run this Python ({os.path.realpath(sys.executable)}):"
+                f" other accounts may not enter {dirs}; run scripts/setup.d/10-hub.sh as root"
+                f" (it runs chmod o+x {dirs}), or set ALCHEMIST_HUB_ISOLATION=single"
+            )
+        settings.home_base.mkdir(parents=True, exist_ok=True)
+        os.chmod(settings.home_base, os.stat(settings.home_base).st_mode | 0o755)
+    return ensure_admin(settings)
+
+
+def start(settings: HubSettings, hub_args: list[str]) -> None:
+    """Prepare, print the URL (and the admin password on the first start), exec the hub."""
+    config = config_file()
+    password = prepare(settings)
+    print(
+        f"Alchemist hub: {settings.url}  (state in {settings.hub_dir}, isolation: {settings.isolation})"
+    )
+    if password is not None:
+        print(
+            "\n"
+            f"  Admin account created:  user {settings.admin!r}  password {password}\n"
+            "  This password is shown only this once and stored only as a hash.\n"
+            f"  Lost it? python -m alchemist.hubapp reset-password {settings.admin}\n"
+            "  Other users sign up at /hub/signup; approve them at /hub/authorize.\n"
+        )
+    sys.stdout.flush()
+    env = {**os.environ, **settings.to_env()}
+    argv = [sys.executable, "-m", "jupyterhub", "-f", str(config), *hub_args]
+    os.chdir(settings.hub_dir)  # the proxy's pid file and any stray state land here
+    os.execve(sys.executable, argv, env)
+
+
+def _read_password(from_stdin: bool) -> tuple[str, bool]:
+    if from_stdin:
+        return sys.stdin.readline().rstrip("\n"), False
+    return generate_password(), True
+
+
+def set_user_password(settings: HubSettings, name: str, from_stdin: bool, *, create: bool) -> None:
+    if not re.match(USERNAME_PATTERN, name):
+        raise HubConfigError(
+            f"{name!r} is not a valid user name: use lower-case letters, digits, '-' or '_',"
+            " starting with a letter"
+        )
+    if settings.isolation == "accounts":
+        check_account_name_free(name)
+    db = open_hub_db(settings)
+    try:
+        exists = has_password(db, name)
+        if create and exists:
+            raise HubConfigError(f"user {name!r} exists: use reset-password {name}")
+        if not create and not exists:
+            raise HubConfigError(f"no user {name!r}: use add-user {name}")
+        password, generated = _read_password(from_stdin)
+        set_password(db, name, password)
+    finally:
+        db.close()
+    verb = "created" if create else "password reset for"
+    if generated:
+        print(f"user {name!r} {verb}; password (shown once): {password}")
+    else:
+        print(f"user {name!r} {verb}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        settings = HubSettings.from_env()
+        if args and args[0] in ("add-user", "reset-password"):
+            parser = argparse.ArgumentParser(prog=f"python -m alchemist.hubapp {args[0]}")
+            parser.add_argument("name")
+            parser.add_argument(
+                "--password-stdin", action="store_true", help="read the password from stdin"
+            )
+            ns = parser.parse_args(args[1:])
+            set_user_password(settings, ns.name, ns.password_stdin, create=args[0] == "add-user")
+            return 0
+        if args and args[0] == "start":
+            args = args[1:]
+        start(settings, args)
+    except HubConfigError as e:
+        print(f"alchemist hub: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,183 @@
+"""Hub accounts (passwords in the hub database) and the system accounts behind them.
+
+Passwords are checked by jupyterhub-nativeauthenticator, which keeps one bcrypt hash per
+user in the hub's own SQLite database (table ``users_info``); nothing else stores a
+password. The functions here write that same table, so an admin made here logs in
+through the ordinary login page.
+
+In ``accounts`` isolation (a hub running as root) each hub user also gets a system
+account of the same name, made by ``useradd`` on the first spawn, and their server runs
+as it. Only accounts the hub made (GECOS comment :data:`ACCOUNT_MARKER`) are ever used:
+a hub user called ``root`` or ``daemon`` is refused, never mapped onto that account.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import secrets
+import subprocess
+from pathlib import Path
+
+import bcrypt
+from sqlalchemy.orm import Session
+
+from alchemist.hubapp.settings import ACCOUNT_MARKER, HubConfigError, HubSettings
+
+#: Shortest password :func:`set_password` accepts (NativeAuthenticator's default too).
+MIN_PASSWORD_LENGTH = 8
+
+
+def open_hub_db(settings: HubSettings) -> Session:
+    """Open (creating if needed) the hub database, with NativeAuthenticator's table.
+
+    The tables are created by JupyterHub's own ORM, which also stamps the schema
+    revision, so the hub that starts on this file afterwards finds it current.
+    """
+    from jupyterhub import orm
+    from nativeauthenticator.orm import UserInfo  # registers users_info on orm.Base
+
+    settings.hub_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    session: Session = orm.new_session_factory(settings.db_url)()
+    UserInfo.__table__.create(session.get_bind(), checkfirst=True)
+    return session
+
+
+def generate_password() -> str:
+    """A random password for people to type: 16 URL-safe characters (96 bits)."""
+    return secrets.token_urlsafe(12)
+
+
+def has_password(db: Session, username: str) -> bool:
+    """Whether ``username`` has a password (and so can log in once authorized)."""
+    from nativeauthenticator.orm import UserInfo
+
+    return UserInfo.find(db, username) is not None
+
+
+def set_password(db: Session, username: str, password: str) -> None:
+    """Create ``username`` with ``password``, authorized to log in, or reset its password.
+
+    Only the bcrypt hash is stored.
+
+    Raises:
+        HubConfigError: the password is shorter than :data:`MIN_PASSWORD_LENGTH`.
+    """
+    from nativeauthenticator.orm import UserInfo
+
+    if len(password) < MIN_PASSWORD_LENGTH:
+        raise HubConfigError(f"password too short: use at least {MIN_PASSWORD_LENGTH} characters")
+    hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt())
+    info = UserInfo.find(db, username)
+    if info is None:
+        db.add(UserInfo(username=username, password=hashed, is_authorized=True))
+    else:
+        info.password = hashed
+        info.is_authorized = True
+    db.commit()
+
+
+def ensure_admin(settings: HubSettings) -> str | None:
+    """Create the admin account on first start.
+
+    Returns:
+        The generated password when the admin was created now (show it once, it is
+        stored nowhere but as a hash), or None when the admin already existed.
+    """
+    if settings.isolation == "accounts":
+        check_account_name_free(settings.admin)
+    db = open_hub_db(settings)
+    try:
+        if has_password(db, settings.admin):
+            return None
+        password = generate_password()
+        set_password(db, settings.admin, password)
+        return password
+    finally:
+        db.close()
+
+
+def system_account(name: str) -> pwd.struct_passwd | None:
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        return None
+
+
+def is_hub_account(entry: pwd.struct_passwd) -> bool:
+    """Whether the hub made this system account (and may run servers as it)."""
+    return entry.pw_gecos.split(",", 1)[0] == ACCOUNT_MARKER
+
+
+def check_account_name_free(name: str) -> None:
+    """Refuse a hub user whose name is a system account the hub did not make.
+
+    Raises:
+        HubConfigError: ``name`` is such an account (``root``, ``daemon``, a person's).
+    """
+    entry = system_account(name)
+    if entry is not None and not is_hub_account(entry):
+        raise HubConfigError(
+            f"{name!r} is an existing system account that the hub did not create;"
+            " the hub never runs a server as it: choose another user name"
+        )
+
+
+def ensure_system_account(name: str, home_base: Path) -> pwd.struct_passwd:
+    """Return the hub-made system account ``name``, creating it (and its home) if needed.
+
+    The home is ``<home_base>/<name>``, mode 0700, so no other account can read it.
+    Needs root.
+
+    Raises:
+        HubConfigError: ``name`` is a system account the hub did not make, or useradd
+            failed (its message is included).
+    """
+    check_account_name_free(name)
+    entry = system_account(name)
+    if entry is None:
+        home = home_base / name
+        home_base.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            "useradd",
+            "--create-home",
+            "--home-dir",
+            str(home),
+            "--shell",
+            "/bin/bash",
+            "--comment",
+            ACCOUNT_MARKER,
+            "--user-group",
+            name,
+        ]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise HubConfigError(
+                f"cannot create the system account {name!r}: {done.stderr.strip()}"
+            )
+        entry = pwd.getpwnam(name)
+    os.chmod(entry.pw_dir, 0o700)
+    return entry
+
+
+def closed_dirs(path: Path) -> list[Path]:
+    """Directories on the way to ``path`` (symlinks resolved) that other accounts cannot enter.
+
+    A server started as a hub user's account runs this environment's Python; every
+    directory above the interpreter and its standard library must allow others to
+    traverse it (the ``o+x`` bit). Reading stays governed by each file's own mode.
+    """
+    closed: list[Path] = []
+    real = Path(os.path.realpath(path))
+    for parent in reversed(real.parents):
+        if not os.stat(parent).st_mode & 0o001:
+            closed.append(parent)
+    return closed
+
+
+def remove_system_account(name: str) -> None:
+    """Delete a hub-made system account and its home (no-op if absent or not hub-made)."""
+    entry = system_account(name)
+    if entry is None or not is_hub_account(entry):
+        return
+    subprocess.run(["userdel", "--remove", name], capture_output=True, check=False)

@@ -1,0 +1,51 @@
+"""The embedded hub's authenticator: real passwords, kept as bcrypt hashes in the hub DB.
+
+jupyterhub-nativeauthenticator rather than PAM, because the embedded hub must work
+where hub users have no system account yet (it makes them on first spawn) or never get
+one (``single`` isolation), and because PAM would need the hub to read system password
+hashes as root. New users sign up at ``/hub/signup`` and an admin approves them at
+``/hub/authorize``; the admin made on first start logs in with its printed password.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nativeauthenticator import NativeAuthenticator
+from traitlets import Bool
+
+from alchemist.hubapp.accounts import check_account_name_free
+from alchemist.hubapp.settings import HubConfigError
+
+
+class AlchemistAuthenticator(NativeAuthenticator):
+    """NativeAuthenticator that refuses names of system accounts the hub did not make.
+
+    The login page is JupyterHub's own (with a sign-up link, see
+    ``templates/login.html``): NativeAuthenticator 1.3.0's login handler calls
+    ``self.statsd``, which JupyterHub 6 removed, so every log-in through it fails
+    with a 500. JupyterHub's handler calls the same :meth:`authenticate`.
+    """
+
+    system_accounts = Bool(
+        False,
+        config=True,
+        help="Users get system accounts of their name: refuse names of existing accounts"
+        " that the hub did not create (root, daemon, people's own logins).",
+    )
+
+    def validate_username(self, username: str) -> bool:
+        """Whether ``username`` may be a hub user (pattern, characters, account clash)."""
+        if not super().validate_username(username):
+            return False
+        if self.system_accounts:
+            try:
+                check_account_name_free(username)
+            except HubConfigError as e:
+                self.log.warning("refused user name: %s", e)
+                return False
+        return True
+
+    def get_handlers(self, app: Any) -> list[tuple[str, Any]]:
+        """NativeAuthenticator's pages (sign-up, authorize, change password), not /login."""
+        return [h for h in super().get_handlers(app) if h[0] != r"/login"]

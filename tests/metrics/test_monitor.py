@@ -29,7 +29,7 @@ def test_downsample_keeps_first_last_extremes_and_nan() -> None:
     assert 31_337 in dx and 77_000 in dx and 50_001 in dx
     assert np.all(np.diff(dx) > 0)  # original order, no duplicates
     assert np.array_equal(dy[~np.isnan(dy)], y[dx.astype(int)][~np.isnan(dy)])
-    short_x, short_y = minmax_downsample(x[:50], y[:50], 1000)
+    short_x, _ = minmax_downsample(x[:50], y[:50], 1000)
     assert len(short_x) == 50  # short series untouched
 
 

@@ -489,16 +489,31 @@ class TensorBoardHandler(AlchemistHandler):
     @web.authenticated
     @authorized
     async def post(self, job_id: str) -> None:
-        """Start (or reuse) TensorBoard on the job's event files; reply ``{"url"}``."""
+        """Start (or reuse) TensorBoard on the job's event files; reply ``{"url"}``.
+
+        When this server runs jupyter-server-proxy (a dependency of alchemist) the URL
+        goes through it, ``<base_url>proxy/<port>/``: TensorBoard listens on 127.0.0.1
+        only, and this server's base URL is right behind JupyterHub or any other proxy.
+        ``ALCHEMIST_TENSORBOARD_URL`` overrides it (see :mod:`alchemist.tensorboard`).
+        """
         self.query({})
         self.json_body()  # no fields, but a malformed body is still an error
-        result = await self.call(_tensorboard, job_id)
-        url = result if isinstance(result, str) else getattr(result, "url", None)
-        if not isinstance(url, str):
-            raise RouteError(500, "TensorBoard started but reported no URL; see the server log")
-        if not url.startswith(("http://", "https://", "/")):
-            url = url_path_join(self.base_url, url)
-        self.reply({"url": url})
+        handle = await self.call(_tensorboard, job_id)
+        port = getattr(handle, "port", None)
+        if (
+            isinstance(port, int)
+            and self._proxy_enabled()
+            and not os.environ.get("ALCHEMIST_TENSORBOARD_URL")
+        ):
+            url = url_path_join(self.base_url, "proxy", str(port)) + "/"
+        else:
+            url = handle.url
+        self.reply({"url": url, "port": port})
+
+    def _proxy_enabled(self) -> bool:
+        manager = getattr(self.serverapp, "extension_manager", None)
+        package = manager.extensions.get("jupyter_server_proxy") if manager else None
+        return bool(package is not None and getattr(package, "enabled", False))
 
 
 def setup_handlers(web_app: Any) -> None:

@@ -16,9 +16,14 @@ from pytest_jupyter.jupyter_server import *  # noqa: F403  (fixtures and hooks)
 from tests.server.jobs import USER, Api
 
 
-@pytest.fixture
-def jp_server_config() -> dict[str, Any]:  # type: ignore[no-redef]
-    return {"ServerApp": {"jpserver_extensions": {"alchemist.server": True}}}
+@pytest.fixture  # type: ignore[no-redef]  # replaces pytest-jupyter's fixture
+def jp_server_config() -> dict[str, Any]:
+    # jupyter-server-proxy too, as in a real install: TensorBoard is reached through it.
+    return {
+        "ServerApp": {
+            "jpserver_extensions": {"alchemist.server": True, "jupyter_server_proxy": True}
+        }
+    }
 
 
 @pytest.fixture(autouse=True)

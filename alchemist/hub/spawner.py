@@ -79,8 +79,7 @@ def backend_environment(values: Mapping[str, Any]) -> dict[str, str]:
 
     Returns:
         Variable name to value; ``ALCHEMIST_K8S_QUEUE`` is present only when Kueue is
-        enabled, the worker placement variables only when set. ``singleuser.extraEnv``
-        entries are added last and win.
+        enabled, the worker placement variables only when set.
 
     Raises:
         HubConfigError: If a required key is missing.
@@ -112,10 +111,6 @@ def backend_environment(values: Mapping[str, Any]) -> dict[str, str]:
         env["ALCHEMIST_K8S_SHM_SIZE"] = str(workers["shmSize"])
     if kueue.get("enabled"):
         env["ALCHEMIST_K8S_QUEUE"] = str(_required(kueue, "localQueue", "kueue"))
-    extra = single.get("extraEnv") or {}
-    if not isinstance(extra, Mapping):
-        raise HubConfigError("singleuser.extraEnv must be a mapping of NAME: value")
-    env.update({str(k): str(v) for k, v in extra.items()})
     return env
 
 
@@ -196,7 +191,17 @@ def configure_kubespawner(c: Any, values: Mapping[str, Any]) -> None:
     ks.default_url = str(single.get("defaultUrl") or "/lab")
     ks.start_timeout = int(single.get("startTimeout", 600))
     ks.http_timeout = 120
-    ks.environment = backend_environment(values)
+    # KubeSpawner expands {placeholders} in env values (str.format); JSON values
+    # (tolerations, node selector) must keep their braces, so ours are escaped.
+    # singleuser.extraEnv is not: its values may use {username} and the like.
+    env = {
+        k: v.replace("{", "{{").replace("}", "}}") for k, v in backend_environment(values).items()
+    }
+    extra = single.get("extraEnv") or {}
+    if not isinstance(extra, Mapping):
+        raise HubConfigError("singleuser.extraEnv must be a mapping of NAME: value")
+    env.update({str(k): str(v) for k, v in extra.items()})
+    ks.environment = env
     ks.volumes, ks.volume_mounts = make_volumes(values)
     home = single.get("home") or {}
     if home.get("enabled"):

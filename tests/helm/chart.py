@@ -6,6 +6,8 @@ is used otherwise.
 
 from __future__ import annotations
 
+import copy
+import functools
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -41,11 +43,35 @@ def render(
     namespace: str = "alchemist",
     release: str = "demo",
 ) -> list[dict[str, Any]]:
-    """``helm template`` the chart and return the rendered objects.
+    """``helm template`` the chart and return (a fresh copy of) the rendered objects.
+
+    Renders of the same arguments are cached for the session, except those whose output
+    is random by design (generated secrets): callers that compare two renders pass
+    ``sets`` that differ, or call :func:`render_uncached`.
 
     Raises:
         AssertionError: With Helm's own message if rendering fails.
     """
+    return copy.deepcopy(
+        _render_cached(helm, tuple(map(str, values_files)), tuple(sets), namespace, release)
+    )
+
+
+@functools.cache
+def _render_cached(
+    helm: str, values_files: tuple[str, ...], sets: tuple[str, ...], namespace: str, release: str
+) -> list[dict[str, Any]]:
+    return render_uncached(helm, values_files, sets, namespace, release)
+
+
+def render_uncached(
+    helm: str,
+    values_files: Sequence[str | Path] = (),
+    sets: Sequence[str] = (),
+    namespace: str = "alchemist",
+    release: str = "demo",
+) -> list[dict[str, Any]]:
+    """Like :func:`render`, always running Helm."""
     args = ["template", release, str(CHART), "--namespace", namespace]
     for f in values_files:
         args += ["--values", str(f)]

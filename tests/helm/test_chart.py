@@ -20,8 +20,8 @@ import pytest
 import yaml
 from traitlets.config import Config
 
-from alchemist.hub import configure_hub
-from tests.helm.chart import ALL_ON_VALUES, CHART, find, render, run_helm
+from alchemist.hub import backend_environment, configure_hub
+from tests.helm.chart import ALL_ON_VALUES, CHART, find, render, render_uncached, run_helm
 
 K8S_VERSION = "1.33.0"
 KUEUE_SCHEMAS = json.loads(
@@ -210,7 +210,8 @@ def test_hub_config_names_the_objects_the_chart_creates(helm: str) -> None:
     c = Config()
     configure_hub(c, hub_config(docs))
     ks = c.KubeSpawner
-    env = ks.environment
+    env = backend_environment(hub_config(docs))
+    assert ks.environment["ALCHEMIST_K8S_PVC"] == env["ALCHEMIST_K8S_PVC"]
     (user_sa,) = find(docs, "ServiceAccount", "-user")
     (worker_sa,) = find(docs, "ServiceAccount", "-worker")
     (shared,) = [
@@ -233,7 +234,7 @@ def test_hub_config_names_the_objects_the_chart_creates(helm: str) -> None:
     assert env["ALCHEMIST_K8S_IMAGE"] == "registry.example/alchemist/worker:0.1.0"
     assert json.loads(env["ALCHEMIST_K8S_NODE_SELECTOR"]) == {"pool": "gpu"}
     assert env["ALCHEMIST_K8S_SHM_SIZE"] == "16Gi"
-    assert env["OMP_NUM_THREADS"] == "4"
+    assert ks.environment["OMP_NUM_THREADS"] == "4"
     assert c.JupyterHub.hub_connect_url == (f"http://{hub_svc['metadata']['name']}.alchemist:8081")
     assert c.ConfigurableHTTPProxy.api_url == (
         f"http://{api_svc['metadata']['name']}.alchemist:8001"
@@ -267,7 +268,7 @@ def secret_data(docs: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def test_secrets_are_generated_at_install_not_committed(helm: str) -> None:
-    first, second = secret_data(render(helm)), secret_data(render(helm))
+    first, second = secret_data(render_uncached(helm)), secret_data(render_uncached(helm))
     for key in ["cookie-secret", "proxy-token"]:
         assert len(first[key]) >= 64
         assert first[key] != second[key]

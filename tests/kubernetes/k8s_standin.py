@@ -344,7 +344,8 @@ class Kubelet:
     """The test playing the Job controller and the kubelet against a :class:`StandinApiServer`.
 
     Simplified Job controller semantics: one pod per completion index; a failed pod
-    is replaced while the Job's failures stay within ``backoffLimit``; the
+    is replaced while the Job's failures stay within ``backoffLimit``; a failed Job's
+    running pods are deleted; the
     podFailurePolicy rules ``Ignore`` (on ``DisruptionTarget``) and ``FailJob`` (on exit
     codes ``In``/``NotIn``) are honoured; all indexes succeeded → ``Complete``.
     """
@@ -467,6 +468,12 @@ class Kubelet:
                     conds.append(_cond("Complete", "CompletionsReached", ""))
                     st["completionTime"] = now_iso()
             self.server.put("jobs", job)
+            if _terminal(job):
+                # like the Job controller: once the Job has failed (or completed), its
+                # pods that still run are deleted
+                for pod in newest.values():
+                    if pod["status"].get("phase") in ("Pending", "Running"):
+                        self.server.delete("pods", self.namespace, pod["metadata"]["name"])
 
     # -- the kubelet --------------------------------------------------------------------
     def _pod(self, name: str, idx: int) -> dict[str, Any]:

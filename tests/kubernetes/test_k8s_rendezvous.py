@@ -1,0 +1,175 @@
+"""The rendezvous contract of the generated pods, for real, as local processes.
+
+What is real: the worker command of every pod exactly as the generated Job's template
+says (``torch.distributed.run`` with ``--nnodes``/``--node-rank=$(JOB_COMPLETION_INDEX)``
+/``--master-addr``), the env each pod would get, the lead's ``alchemist.runtime``, a real
+bundle written with ``alchemist.bundle``, real torch.distributed (gloo) all-reduces
+across the pods, and the job directory as the shared volume.
+
+What is a STAND-IN, and why: there is no cluster here, so each pod is a local process
+(``k8s_standin.pod_process``): ``JOB_COMPLETION_INDEX`` is taken from the pod's
+completion-index annotation as the downward API would, ``$(VAR)`` is expanded as the
+kubelet does, and the headless Service's name of pod 0 (``<job>-0.<service>``) is
+replaced by 127.0.0.1 because there is no cluster DNS; ``python`` is this venv's. The
+end-to-end tests also use the stand-in API server, whose Job controller and kubelet
+(``ProcessKubelet``) run the pods this way.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import alchemist.backends as backends_registry
+from alchemist.backends.api import JobRequest
+from alchemist.backends.kubernetes import KubernetesBackend, slugs
+from alchemist.bundle import build_bundle, write_bundle
+from alchemist.jobdir import JobDir, atomic_write_json
+from alchemist.spec import JobSpec, JobState
+from tests.kubernetes.k8s_standin import (
+    COMPLETION_INDEX,
+    Kubelet,
+    StandinApiServer,
+    free_port,
+    pod_process,
+    standin_backend,
+)
+
+ALL_REDUCE_CELL = """
+import torch
+import torch.distributed as dist
+import alchemist
+
+ctx = alchemist.context()
+t = torch.tensor([float(ctx.rank + 1)])
+dist.all_reduce(t)
+print(f"rank={ctx.rank} world={ctx.world_size} sum={t.item():g}", flush=True)
+assert t.item() == ctx.world_size * (ctx.world_size + 1) / 2
+total = t.item()
+"""
+
+
+def wait_for(predicate: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def write_job(home: Path, job_id: str, spec: JobSpec, source: str) -> JobRequest:
+    """A job directory as ``alchemist.submit`` writes it: spec.json and the bundle."""
+    jd = JobDir(home / "jobs" / job_id).create()
+    atomic_write_json(jd.spec, spec.to_dict())
+    write_bundle(build_bundle(source, {}, entry="cell", max_value_bytes=1 << 20), jd.bundle)
+    return JobRequest(job_id, "alice", spec, jd)
+
+
+def test_pods_form_the_whole_world(alchemist_home: Path) -> None:
+    """Each generated pod, run as a process, joins one world of `workers` ranks; all succeed."""
+    spec = JobSpec(name="rdzv", workers=2, backend="kubernetes")
+    req = write_job(alchemist_home, "jrdzv000001", spec, ALL_REDUCE_CELL)
+    backend = KubernetesBackend(
+        namespace="default",
+        image="unused",
+        pvc="home",
+        mount_path=str(alchemist_home),
+        master_port=free_port(),
+    )
+    job = backend.dryrun(req).request["manifests"][0]
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for index in range(spec.workers):
+            # what the Job controller does with the template for completion index i
+            pod = copy.deepcopy(job["spec"]["template"])
+            pod["metadata"]["annotations"][COMPLETION_INDEX] = str(index)
+            argv, env, cwd = pod_process(pod)
+            assert f"--node-rank={index}" in argv and "--master-addr=127.0.0.1" in argv
+            assert env["JOB_COMPLETION_INDEX"] == str(index)
+            procs.append(
+                subprocess.Popen(
+                    argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+                )
+            )
+        outputs = [p.communicate(timeout=180)[0].decode(errors="replace") for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    for rank in range(2):
+        log = req.job_dir.rank_log(rank).read_text()
+        assert f"rank={rank} world=2 sum=3" in log, log
+
+
+@pytest.fixture
+def cluster(alchemist_home: Path) -> Iterator[tuple[KubernetesBackend, Kubelet, StandinApiServer]]:
+    with standin_backend(alchemist_home, run_pods=True) as env:
+        yield env
+
+
+def test_submit_through_the_client_runs_to_success(
+    cluster: tuple[KubernetesBackend, Kubelet, StandinApiServer],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``alchemist.submit(..., backend="kubernetes")`` end to end, pods run by the stand-in kubelet."""
+    import alchemist.client as client
+
+    backend, _, server = cluster
+    monkeypatch.setitem(backends_registry._instances, "kubernetes", backend)
+    job = client.submit(ALL_REDUCE_CELL, workers=2, backend="kubernetes", outputs=["total"])
+    st = job.wait(timeout=180)
+    assert st.state is JobState.SUCCEEDED, (st, job.logs())
+    assert job.outputs() == {"total": 3.0}
+    assert "rank=1 world=2 sum=3" in job.logs(1)
+    name = slugs.job_name(job.id)
+    assert server.get("jobs", "default", name) is not None
+    # the pod log holds the launcher's output (ranks write theirs to the job directory)
+    req = JobRequest(job.id, job.owner, job.spec, job.job_dir)
+    assert isinstance(list(backend.pod_logs(req, 0)), list)
+
+
+def test_user_error_fails_the_job_with_its_line(
+    cluster: tuple[KubernetesBackend, Kubelet, StandinApiServer], alchemist_home: Path
+) -> None:
+    backend, _, _ = cluster
+    spec = JobSpec(name="bad", workers=2, backend="kubernetes")
+    source = "import alchemist\nif alchemist.context().rank == 1:\n    raise ValueError('bad lr')\n"
+    req = write_job(alchemist_home, "jrdzvbad001", spec, source)
+    backend.submit(req)
+    wait_for(lambda: backend.status(req).state.is_terminal, 180, "the job to end")
+    st = backend.status(req)
+    assert st.state is JobState.FAILED
+    assert st.reason == "rank 1 failed: ValueError: bad lr"
+
+
+def test_cancel_stops_the_pods(
+    cluster: tuple[KubernetesBackend, Kubelet, StandinApiServer], alchemist_home: Path
+) -> None:
+    backend, kubelet, server = cluster
+    spec = JobSpec(name="long", workers=2, backend="kubernetes")
+    source = "import time\nprint('working', flush=True)\ntime.sleep(600)\n"
+    req = write_job(alchemist_home, "jrdzvlong01", spec, source)
+    backend.submit(req)
+    wait_for(
+        lambda: (
+            "working" in req.job_dir.rank_log(1).read_text()
+            if req.job_dir.rank_log(1).exists()
+            else False
+        ),
+        120,
+        "rank 1 to run",
+    )
+    assert backend.status(req).state is JobState.RUNNING
+    backend.cancel(req)
+    assert backend.status(req).state is JobState.CANCELLED
+    procs = getattr(kubelet, "procs", {})
+    wait_for(lambda: all(p.poll() is not None for p in procs.values()), 30, "pods to stop")
+    assert server.list("pods", "default") == []

@@ -751,7 +751,9 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
     try:
-        proc.wait(timeout=5)
+        # a shorter grace period than the kubelet's 30 s: torchrun waiting in its exit
+        # barrier swallows SIGTERM, as it would in a pod
+        proc.wait(timeout=2)
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)

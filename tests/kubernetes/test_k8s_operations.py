@@ -124,7 +124,7 @@ def test_failed_worker_fails_fast_with_its_error(env: Env, alchemist_home: Path)
     kubelet.finish(name, 2, 1, tail + "=" * 60 + "\n")
     st = backend.status(req)
     assert st.state is JobState.FAILED  # podFailurePolicy FailJob: no waiting for the others
-    assert st.exit_code == 1
+    assert st.exit_code == 1 and st.restarts == 0
     assert st.reason == "worker 2 exited with code 1: ZeroDivisionError: division by zero"
 
 
@@ -153,8 +153,9 @@ def test_restart_then_success(env: Env, alchemist_home: Path) -> None:
     kubelet.run_all(name)
     kubelet.finish(name, 0, 1, "RuntimeError: Connection reset by peer")
     st = backend.status(req)
-    assert st.state is JobState.RESTARTING and st.restarts == 1
+    assert st.state is JobState.RESTARTING and st.restarts == 0  # not replaced yet
     kubelet.sync(name)  # the Job controller replaces the failed pod
+    assert backend.status(req).state is JobState.RESTARTING
     kubelet.run(name, 0)
     st = backend.status(req)
     assert st.state is JobState.RUNNING and st.restarts == 1
@@ -191,7 +192,7 @@ def test_node_loss_is_retried_without_counting(env: Env, alchemist_home: Path) -
     kubelet.sync(name)
     kubelet.run(name, 1)
     st = backend.status(req)
-    assert st.state is JobState.RUNNING and st.restarts == 0
+    assert st.state is JobState.RUNNING and st.restarts == 1  # replaced, but not counted
 
 
 def test_image_pull_error_names_the_setting(env: Env, alchemist_home: Path) -> None:

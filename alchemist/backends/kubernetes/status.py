@@ -153,8 +153,12 @@ def status_from_objects(
     conds = _conditions(job)
     workers = int(job.get("spec", {}).get("completions") or 1)
     jst = job.get("status", {})
-    restarts = int(jst.get("failed") or 0)
+    failures = int(jst.get("failed") or 0)
     newest = latest_pods(pods)
+    # restarts: failed pods that were replaced (the final failure of a job is no restart)
+    restarts = sum(
+        1 for p in pods if p.get("status", {}).get("phase") == "Failed" and p not in newest.values()
+    )
     ranks: dict[str, Any] = {}
     for idx, pod in sorted(newest.items()):
         info: dict[str, Any] = {
@@ -203,8 +207,8 @@ def status_from_objects(
             reason = "the job ran past its timeout and was stopped"
         elif not reason:
             reason = one_line(failed.get("message") or cond_reason or "the Job failed")
-        elif cond_reason == "BackoffLimitExceeded" and restarts > 1:
-            reason += f" (after {restarts} worker failures; raise max_restarts to allow more)"
+        elif cond_reason == "BackoffLimitExceeded" and failures > 1:
+            reason += f" (after {failures} worker failures; raise max_restarts to allow more)"
         return JobStatus(
             JobState.FAILED, reason, code, restarts, started, finished_time(failed), ranks
         )
@@ -238,10 +242,10 @@ def status_from_objects(
                     ev.get("message") or ""
                 )
                 break
-    if restarts and len(up) < workers:
+    if failures and len(up) < workers:
         state = JobState.RESTARTING
         if why is None:
-            why = f"{restarts} worker pod(s) failed; replacing them"
+            why = f"{failures} worker pod(s) failed; replacing them"
     else:
         state = JobState.PENDING
         if why is None and newest:

@@ -25,7 +25,6 @@ from pathlib import Path
 from alchemist.hubapp.accounts import (
     check_account_name_free,
     closed_dirs,
-    ensure_admin,
     generate_password,
     has_password,
     open_hub_db,
@@ -62,11 +61,11 @@ def check_port_free(ip: str, port: int, variable: str) -> None:
             raise HubConfigError(f"port {port} on {ip} {why}: set {variable} to a free port") from e
 
 
-def prepare(settings: HubSettings) -> str | None:
-    """Check the setup and create the state directory and the admin account.
+def prepare(settings: HubSettings) -> None:
+    """Check the setup and create the state directory.
 
-    Returns:
-        The admin's generated password when the admin was created now, else None.
+    The admin account is created by the hub itself (see
+    :class:`~alchemist.hubapp.auth.AlchemistAuthenticator`), which prints its password.
 
     Raises:
         HubConfigError: something is missing or clashes; the message names the fix.
@@ -93,25 +92,18 @@ def prepare(settings: HubSettings) -> str | None:
             )
         settings.home_base.mkdir(parents=True, exist_ok=True)
         os.chmod(settings.home_base, os.stat(settings.home_base).st_mode | 0o755)
-    return ensure_admin(settings)
+        check_account_name_free(settings.admin)
 
 
 def start(settings: HubSettings, hub_args: list[str]) -> None:
     """Prepare, print the URL (and the admin password on the first start), exec the hub."""
     config = config_file()
-    password = prepare(settings)
+    prepare(settings)
     print(
-        f"Alchemist hub: {settings.url}  (state in {settings.hub_dir}, isolation: {settings.isolation})"
+        f"Alchemist hub: {settings.url}"
+        f"  (state in {settings.hub_dir}, isolation: {settings.isolation})",
+        flush=True,
     )
-    if password is not None:
-        print(
-            "\n"
-            f"  Admin account created:  user {settings.admin!r}  password {password}\n"
-            "  This password is shown only this once and stored only as a hash.\n"
-            f"  Lost it? python -m alchemist.hubapp reset-password {settings.admin}\n"
-            "  Other users sign up at /hub/signup; approve them at /hub/authorize.\n"
-        )
-    sys.stdout.flush()
     env = {**os.environ, **settings.to_env()}
     argv = [sys.executable, "-m", "jupyterhub", "-f", str(config), *hub_args]
     os.chdir(settings.hub_dir)  # the proxy's pid file and any stray state land here
@@ -152,6 +144,9 @@ def set_user_password(settings: HubSettings, name: str, from_stdin: bool, *, cre
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if args and args[0] in ("-h", "--help", "help"):
+        print(__doc__)
+        return 0
     try:
         settings = HubSettings.from_env()
         if args and args[0] in ("add-user", "reset-password"):

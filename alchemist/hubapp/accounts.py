@@ -18,11 +18,14 @@ import pwd
 import secrets
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import bcrypt
-from sqlalchemy.orm import Session
 
 from alchemist.hubapp.settings import ACCOUNT_MARKER, HubConfigError, HubSettings
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 #: Shortest password :func:`set_password` accepts (NativeAuthenticator's default too).
 MIN_PASSWORD_LENGTH = 8
@@ -77,24 +80,15 @@ def set_password(db: Session, username: str, password: str) -> None:
     db.commit()
 
 
-def ensure_admin(settings: HubSettings) -> str | None:
-    """Create the admin account on first start.
-
-    Returns:
-        The generated password when the admin was created now (show it once, it is
-        stored nowhere but as a hash), or None when the admin already existed.
-    """
-    if settings.isolation == "accounts":
-        check_account_name_free(settings.admin)
-    db = open_hub_db(settings)
-    try:
-        if has_password(db, settings.admin):
-            return None
-        password = generate_password()
-        set_password(db, settings.admin, password)
-        return password
-    finally:
-        db.close()
+def admin_banner(admin: str, password: str) -> str:
+    """What the first start prints: the admin's name and generated password, once."""
+    return (
+        "\n"
+        f"  Admin account created:  user {admin!r}  password {password}\n"
+        "  This password is shown only this once and stored only as a hash.\n"
+        f"  Lost it? python -m alchemist.hubapp reset-password {admin}\n"
+        "  Other users sign up at /hub/signup; approve them at /hub/authorize.\n"
+    )
 
 
 def system_account(name: str) -> pwd.struct_passwd | None:

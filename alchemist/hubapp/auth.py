@@ -12,9 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 from nativeauthenticator import NativeAuthenticator
-from traitlets import Bool
+from nativeauthenticator.orm import UserInfo
+from traitlets import Bool, Unicode
 
-from alchemist.hubapp.accounts import check_account_name_free
+from alchemist.hubapp.accounts import (
+    admin_banner,
+    check_account_name_free,
+    generate_password,
+    set_password,
+)
 from alchemist.hubapp.settings import HubConfigError
 
 
@@ -33,6 +39,23 @@ class AlchemistAuthenticator(NativeAuthenticator):
         help="Users get system accounts of their name: refuse names of existing accounts"
         " that the hub did not create (root, daemon, people's own logins).",
     )
+
+    create_admin = Unicode(
+        "",
+        config=True,
+        help="Admin account to create, with a generated password printed once to stdout,"
+        " when it has no password yet ('' for none). Only its bcrypt hash is stored.",
+    )
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # Created here, inside the hub and before it serves any page, so nobody can
+        # sign up under the admin's name first, and both ways of starting the hub
+        # (python -m alchemist.hubapp, jupyterhub -f hub/jupyterhub_config.py) do it.
+        if self.create_admin and UserInfo.find(self.db, self.create_admin) is None:
+            password = generate_password()
+            set_password(self.db, self.create_admin, password)
+            print(admin_banner(self.create_admin, password), flush=True)
 
     def validate_username(self, username: str) -> bool:
         """Whether ``username`` may be a hub user (pattern, characters, account clash)."""

@@ -6,8 +6,8 @@ hub pod; the hub's ``jupyterhub_config.py`` is two lines that call
 accounts, the user namespace) before it writes the document, so this module holds no
 naming rules of its own. Its shape::
 
-    hub:        {connectUrl, proxyApiUrl, baseUrl, dbUrl, authenticator, adminUsers,
-                 allowedUsers, allowAll, openSignup}
+    hub:        {connectUrl, proxyApiUrl, bindUrl, baseUrl, dbUrl, authenticator,
+                 adminUsers, allowedUsers, allowAll, openSignup}
     singleuser: {namespace, image, imagePullPolicy, imagePullSecrets, workerImage,
                  serviceAccount, workerServiceAccount, gpuResource, defaultUrl, uid,
                  fsGid, startTimeout, cmd, nodeSelector, tolerations, extraEnv,
@@ -235,7 +235,7 @@ def configure_hub(c: Any, values: Mapping[str, Any]) -> None:
         HubConfigError: On a missing key or an unknown authenticator, naming it.
     """
     hub = _section(values, "hub")
-    c.JupyterHub.hub_bind_url = "http://:8081"
+    c.JupyterHub.hub_bind_url = str(hub.get("bindUrl") or "http://:8081")
     c.JupyterHub.hub_connect_url = str(_required(hub, "connectUrl", "hub"))
     c.JupyterHub.base_url = str(hub.get("baseUrl") or "/")
     c.ConfigurableHTTPProxy.should_start = False

@@ -45,6 +45,9 @@ from alchemist.hub.profiles import (
     profile_from_values,
 )
 
+#: Where the notebook image keeps the example notebooks (images/notebook/Dockerfile).
+EXAMPLES_DIR = "/opt/alchemist/notebooks"
+
 #: Where the chart mounts the hub config document in the hub pod.
 DEFAULT_CONFIG_PATH = "/usr/local/etc/alchemist/hub-config.yaml"
 
@@ -216,6 +219,19 @@ def configure_kubespawner(c: Any, values: Mapping[str, Any]) -> None:
     if single.get("tolerations"):
         ks.tolerations = list(single["tolerations"])
     ks.extra_labels = {"app.kubernetes.io/part-of": "alchemist"}
+    # Copy the example notebooks into the user's home, never overwriting their edits.
+    ks.lifecycle_hooks = {
+        "postStart": {
+            "exec": {
+                "command": [
+                    "sh",
+                    "-c",
+                    f"if [ -d {EXAMPLES_DIR} ]; then mkdir -p ~/examples"
+                    f" && cp -rn {EXAMPLES_DIR}/. ~/examples/; fi",
+                ]
+            }
+        }
+    }
     ks.profile_list = make_profile_list(profiles, gpu_resource)
 
 

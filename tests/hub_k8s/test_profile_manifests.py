@@ -135,3 +135,31 @@ def test_a_bad_profile_is_one_line_naming_the_key(entry: dict[str, Any], message
         profile_from_values(entry)
     assert message in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_post_start_hook_copies_examples_without_overwriting_edits(
+    helm: str, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """The notebook container's postStart command, run by a real sh as the kubelet runs
+    it, with the image's examples folder moved to a temporary directory."""
+    import subprocess
+
+    from alchemist.hub.spawner import EXAMPLES_DIR
+
+    pod = asyncio.run(pod_manifest(chart_hub_config(helm), "cpu"))
+    (container,) = pod["spec"]["containers"]
+    argv = container["lifecycle"]["postStart"]["exec"]["command"]
+    examples = tmp_path / "image-notebooks"
+    (examples / "tutorials").mkdir(parents=True)
+    (examples / "quickstart.ipynb").write_text("original")
+    (examples / "tutorials" / "bmuf.ipynb").write_text("original")
+    home = tmp_path / "home"
+    home.mkdir()
+    argv = [a.replace(EXAMPLES_DIR, str(examples)) for a in argv]
+    env = {"HOME": str(home), "PATH": os.environ["PATH"]}
+
+    subprocess.run(argv, env=env, check=True, timeout=30)
+    assert (home / "examples" / "tutorials" / "bmuf.ipynb").read_text() == "original"
+    (home / "examples" / "quickstart.ipynb").write_text("my edits")
+    subprocess.run(argv, env=env, check=True, timeout=30)
+    assert (home / "examples" / "quickstart.ipynb").read_text() == "my edits"

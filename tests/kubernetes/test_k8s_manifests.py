@@ -272,3 +272,37 @@ def test_strict_validation_catches_a_wrong_field() -> None:
     job["spec"]["template"]["spec"]["containers"][0]["comand"] = ["x"]
     with pytest.raises(kubernetes_validate.ValidationError):
         validate(job)
+
+
+def test_dry_run_does_not_import_the_client(tmp_path: Path) -> None:
+    """``--dry-run`` stays fast: the (seconds to import) kubernetes client is not loaded."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from alchemist.backends import get_backend\n"
+        "from alchemist.backends.api import JobRequest\n"
+        "from alchemist.jobdir import JobDir\n"
+        "from alchemist.spec import JobSpec\n"
+        "b = get_backend('kubernetes')\n"
+        f"jd = JobDir(Path({str(tmp_path)!r}) / 'jobs' / 'j1')\n"
+        "info = b.dryrun(JobRequest('j1', 'u', JobSpec(workers=2, backend='kubernetes'), jd))\n"
+        "assert 'kind: Job' in info.text\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes'))\n"
+    )
+    env = {
+        **os.environ,
+        "ALCHEMIST_HOME": str(tmp_path),
+        "ALCHEMIST_K8S_NAMESPACE": "ns",
+        "ALCHEMIST_K8S_IMAGE": "img",
+        "ALCHEMIST_K8S_PVC": "pvc",
+        "JUPYTER_CONFIG_DIR": str(tmp_path),
+        "JUPYTER_CONFIG_PATH": str(tmp_path),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

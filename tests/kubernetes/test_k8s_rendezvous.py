@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -54,10 +54,10 @@ total = t.item()
 """
 
 
-def wait_for(predicate: object, timeout: float, what: str) -> None:
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
+        if predicate():
             return
         time.sleep(0.2)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")

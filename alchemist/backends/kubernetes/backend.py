@@ -38,12 +38,27 @@ from alchemist.backends.kubernetes.status import (
 from alchemist.errors import BackendError, JobNotFoundError
 from alchemist.spec import JobState, JobStatus
 
-try:
-    from kubernetes import client as kclient
-    from kubernetes import config as kconfig
-    from kubernetes.client.exceptions import ApiException
-except ImportError as e:  # the registry turns this into "pip install 'alchemist[kubernetes]'"
-    raise ImportError(str(e), name="kubernetes") from e
+
+def _client() -> tuple[Any, Any, type[Exception]]:
+    """The ``kubernetes`` client modules, imported on first use.
+
+    Importing them takes seconds (hundreds of model modules), and a dry run needs none
+    of it, so ``--dry-run`` stays fast.
+    """
+    try:
+        from kubernetes import client, config
+        from kubernetes.client.exceptions import ApiException
+    except ImportError as e:
+        raise BackendError(
+            "the kubernetes backend needs the kubernetes client: pip install 'alchemist[kubernetes]'"
+        ) from e
+    return client, config, ApiException
+
+
+def _is_404(error: BaseException) -> bool:
+    """Whether a BackendError raised by ``_api`` came from an HTTP 404."""
+    return getattr(error.__cause__, "status", None) == 404
+
 
 #: key of this backend's own record in state.json
 STATE_KEY = "kubernetes"
@@ -95,6 +110,7 @@ class KubernetesBackend(KubernetesConfig, Backend, metaclass=_Meta):
     def api_client(self) -> Any:
         """The ``ApiClient``, made on first use (in-cluster config first, then kubeconfig)."""
         if self._api_client is None:
+            kclient, kconfig, _ = _client()
             configuration = kclient.Configuration()
             try:
                 kconfig.load_incluster_config(client_configuration=configuration)
@@ -114,21 +130,28 @@ class KubernetesBackend(KubernetesConfig, Backend, metaclass=_Meta):
 
     @property
     def _core(self) -> Any:
-        return kclient.CoreV1Api(self.api_client)
+        return _client()[0].CoreV1Api(self.api_client)
 
     @property
     def _batch(self) -> Any:
-        return kclient.BatchV1Api(self.api_client)
+        return _client()[0].BatchV1Api(self.api_client)
 
     @contextlib.contextmanager
     def _api(self, doing: str, namespace: str) -> Iterator[None]:
         """Translate API and connection errors raised inside into one-line BackendErrors."""
         import urllib3
 
+        api_exception = _client()[2]
         try:
             yield
-        except ApiException as e:
-            raise api_error(e.status, e.reason, e.body, doing, namespace) from e
+        except api_exception as e:
+            raise api_error(
+                getattr(e, "status", None),
+                getattr(e, "reason", None),
+                getattr(e, "body", None),
+                doing,
+                namespace,
+            ) from e
         except (urllib3.exceptions.HTTPError, OSError) as e:
             host = getattr(self.api_client.configuration, "host", "?")
             raise BackendError(
@@ -257,8 +280,7 @@ class KubernetesBackend(KubernetesConfig, Backend, metaclass=_Meta):
             with self._api(f"read Job {name}", ns):
                 job = self._call(self._batch.read_namespaced_job, name, ns)
         except BackendError as e:
-            cause = e.__cause__
-            if not (isinstance(cause, ApiException) and cause.status == 404):
+            if not _is_404(e):
                 raise
             if record is None:
                 raise JobNotFoundError(
@@ -325,8 +347,7 @@ class KubernetesBackend(KubernetesConfig, Backend, metaclass=_Meta):
                 with self._api(doing, ns):
                     self._call(fn, name, ns, body=body)
             except BackendError as e:
-                cause = e.__cause__
-                if not (isinstance(cause, ApiException) and cause.status == 404):
+                if not _is_404(e):
                     raise
 
     def _pods(self, ns: str, job_id: str) -> list[dict[str, Any]]:

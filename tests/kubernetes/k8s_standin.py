@@ -18,9 +18,10 @@ ENVIRONMENT.md), so the operations of the Kubernetes backend are tested against 
   annotation, ``$(VAR)`` expansion) and the headless Service's pod names resolved to
   127.0.0.1; the process's output is the pod log and its exit code the pod's.
 
-kmock's emulator was tried first (ENVIRONMENT.md); it has no ownerReference garbage
-collection, no pod log subresource, no label selectors on lists and no status fields,
-which is most of what the backend relies on, so this small server replaces it.
+kmock's emulator (0.8, ENVIRONMENT.md) was considered first; its source shows lists
+filtered by namespace and name only (no label or field selectors), no ownerReference
+garbage collection, no pod log subresource and no server-filled metadata, which is
+most of what the backend relies on, so this small server replaces it.
 
 For the conformance suite: :func:`standin_backend` gives a ``KubernetesBackend`` wired to
 a running server plus the :class:`ProcessKubelet` that runs its pods.

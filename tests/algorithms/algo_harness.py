@@ -44,7 +44,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _entry(fn: Callable[..., Any], rank: int, world: int, port: int, out: str, args: tuple[Any, ...]) -> None:
+def _entry(
+    fn: Callable[..., Any], rank: int, world: int, port: int, out: str, args: tuple[Any, ...]
+) -> None:
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
@@ -60,7 +62,9 @@ def _entry(fn: Callable[..., Any], rank: int, world: int, port: int, out: str, a
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
     try:
         value = fn(RankCtx(rank, world, rank), *args)
         finish_all()
@@ -106,7 +110,11 @@ def run_ranks(
     results = []
     for r, p in enumerate(procs):
         path = out / f"rank-{r}.pt"
-        saved = torch.load(path, weights_only=False) if path.exists() else {"value": None, "error": None}
+        saved = (
+            torch.load(path, weights_only=False)
+            if path.exists()
+            else {"value": None, "error": None}
+        )
         results.append(RankResult(r, p.exitcode, saved["value"], saved["error"]))
     return results
 
@@ -120,6 +128,24 @@ def ok(results: list[RankResult], ranks: list[int] | None = None) -> list[Any]:
 
 
 # -- the digits data set (scikit-learn's, real handwritten digits) -------------------------
+
+
+def save_digits(path: Path) -> Path:
+    """Write (x_train, y_train, x_test, y_test) to ``path`` (see :func:`digits`).
+
+    Done once per session in the test process: importing scikit-learn in every rank
+    would cost seconds per process on a loaded machine.
+    """
+    import torch
+
+    torch.save(digits(), path)
+    return path
+
+
+def load_saved_digits(path: Path | str) -> tuple[Any, Any, Any, Any]:
+    import torch
+
+    return tuple(torch.load(path))  # type: ignore[return-value]
 
 
 def digits() -> tuple[Any, Any, Any, Any]:
@@ -153,8 +179,9 @@ def accuracy(model: Any, x: Any, y: Any) -> float:
 def train_digits(
     ctx: RankCtx,
     algorithm: str,
+    data: Path | str,
     *,
-    epochs: int = 8,
+    epochs: int = 6,
     batch: int = 32,
     lr: float = 0.1,
     momentum: float = 0.9,
@@ -168,7 +195,7 @@ def train_digits(
 
     from alchemist.runtime import algorithms
 
-    x, y, xt, yt = digits()
+    x, y, xt, yt = load_saved_digits(data)
     xs, ys = x[ctx.rank :: ctx.world_size], y[ctx.rank :: ctx.world_size]
     model = digits_model()
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)

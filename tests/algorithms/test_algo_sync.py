@@ -20,14 +20,16 @@ def fixed_problem() -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
     return model, torch.randn(8, 5, generator=gen), torch.randint(0, 3, (8,), generator=gen)
 
 
-def sgd_steps(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> None:
+def sgd_steps(
+    model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor
+) -> None:
     for _ in range(STEPS):
         opt.zero_grad()
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
 
 
-def sync_worker(ctx: RankCtx) -> dict[str, Any]:
+def sync_worker(ctx: RankCtx, data: Path) -> dict[str, Any]:
     model, x, y = fixed_problem()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     ddp, opt = algorithms.get("sync").wrap(model, opt, ctx)
@@ -35,13 +37,15 @@ def sync_worker(ctx: RankCtx) -> dict[str, Any]:
     sl = slice(ctx.rank * half, (ctx.rank + 1) * half)
     sgd_steps(ddp, opt, x[sl], y[sl])
     params = [p.detach().clone() for p in model.parameters()]
-    return {"params": params, "digits": train_digits(ctx, "sync")}
+    return {"params": params, "digits": train_digits(ctx, "sync", data)}
 
 
-def test_sync_matches_single_process_sgd_and_learns_digits(tmp_path: Path) -> None:
+def test_sync_matches_single_process_sgd_and_learns_digits(
+    tmp_path: Path, digits_path: Path
+) -> None:
     """Two ranks on halves of a batch take the steps one process takes on the whole batch;
     the same wrapper trains the digits classifier to >= 90 % test accuracy."""
-    values = ok(run_ranks(sync_worker, 2, tmp_path))
+    values = ok(run_ranks(sync_worker, 2, tmp_path, digits_path))
 
     model, x, y = fixed_problem()
     sgd_steps(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), x, y)

@@ -179,7 +179,10 @@ class AlchemistHandler(APIHandler):
             RouteError: 400 for an unknown argument or one that is not an integer.
         """
         known = set(allowed) | set(text)
-        unknown = sorted(set(self.request.query_arguments) - known)
+        # JupyterLab's ServerConnection adds a bare ``?<timestamp>`` to GETs to defeat
+        # caches: an argument without a value is ignored; one with a value must be known.
+        given = {k for k, v in self.request.query_arguments.items() if any(v)}
+        unknown = sorted(given - known)
         if unknown:
             raise RouteError(
                 400,

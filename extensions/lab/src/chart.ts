@@ -32,6 +32,7 @@ export class CurveCharts {
       const existing = this._charts.get(metric);
       if (existing && existing.ranks === ranks.length) {
         existing.plot.setData(data);
+        existing.box.dataset.points = String(data[0].length);
         continue;
       }
       existing?.plot.destroy();
@@ -60,6 +61,8 @@ export class CurveCharts {
         data,
         box
       );
+      // How many steps the chart holds: a hook for tests and for the curious.
+      box.dataset.points = String(data[0].length);
       this._charts.set(metric, { plot, box, ranks: ranks.length });
     }
   }

@@ -1,0 +1,342 @@
+"""The Alchemist side panel in a real JupyterLab, driven in headless Chromium.
+
+A real ``jupyter lab`` (with the prebuilt panel and the REST server extension, under a
+JupyterHub-like base URL) runs real jobs on the local backend; Playwright drives the
+system Chromium. Needs ``scripts/setup.d/60-labextension.sh`` (the built panel) and
+Chromium at /usr/bin/chromium; skips itself with the fix named when either is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import processes_under
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+BASE_URL = "/user/tester/"
+TOKEN = "alchemist-browser-test"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+
+TRAIN = """\
+import alchemist
+
+ctx = alchemist.context()
+for step in range(20):
+    alchemist.log(step, loss=(1.0 + ctx.rank) / (step + 1))  # one curve per rank
+print(f"hello from rank {ctx.rank} of {ctx.world_size}", flush=True)
+"""
+
+LONG = """\
+import time
+
+print("long job started", flush=True)
+time.sleep(600)
+"""
+
+NOTEBOOK = {
+    "cells": [
+        {
+            "cell_type": "code",
+            "metadata": {},
+            "execution_count": None,
+            "outputs": [],
+            "source": ["# jobs get attached below"],
+        }
+    ],
+    "metadata": {
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+    },
+    "nbformat": 4,
+    "nbformat_minor": 5,
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Lab:
+    """A running ``jupyter lab`` and where to reach it."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], url: str, root: Path, home: Path) -> None:
+        self.proc, self.url, self.root, self.home = proc, url, root, home
+
+    def api(self, path: str, method: str = "GET", body: Any = None) -> Any:
+        request = urllib.request.Request(
+            f"{self.url}alchemist/api/v1/{path}",
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"token {TOKEN}"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return json.loads(r.read())
+
+
+def start_lab(tmp: Path, *, server_extension: bool = True) -> Iterator[Lab]:
+    """Start JupyterLab with its own config, settings, workspaces and ALCHEMIST_HOME."""
+    if not CHROMIUM.exists():
+        pytest.skip("Chromium missing: apt-get install -y chromium (scripts/setup.d/20-browser.sh)")
+    if not (REPO / "alchemist" / "labextension" / "package.json").exists():
+        pytest.skip("the panel is not built: run scripts/setup.d/60-labextension.sh")
+    root, home, config, settings = (tmp / d for d in ("root", "home", "config", "settings"))
+    for d in (root, home, config, settings / "alchemist-jupyterlab"):
+        d.mkdir(parents=True)
+    (root / "train.py").write_text(TRAIN)
+    (root / "long.py").write_text(LONG)
+    (root / "attach.ipynb").write_text(json.dumps(NOTEBOOK))
+    # Poll faster than the default so the test sees changes sooner (and the schema loads).
+    (settings / "alchemist-jupyterlab" / "plugin.jupyterlab-settings").write_text(
+        json.dumps({"pollInterval": 500})
+    )
+    news = settings / "@jupyterlab" / "apputils-extension"
+    news.mkdir(parents=True)
+    (news / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
+    if not server_extension:
+        (config / "jupyter_server_config.json").write_text(
+            json.dumps({"ServerApp": {"jpserver_extensions": {"alchemist.server": False}}})
+        )
+    port = _free_port()
+    env = {
+        **os.environ,
+        "ALCHEMIST_HOME": str(home),
+        "JUPYTER_CONFIG_DIR": str(config),
+        "OMP_NUM_THREADS": "1",
+        "JUPYTER_PLATFORM_DIRS": "1",
+    }
+    env.pop("JUPYTERHUB_USER", None)
+    log = open(tmp / "lab.log", "wb")  # noqa: SIM115 - closed after the server stops
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--allow-root",
+            f"--port={port}",
+            "--ip=127.0.0.1",
+            f"--ServerApp.base_url={BASE_URL}",
+            f"--IdentityProvider.token={TOKEN}",
+            f"--ServerApp.root_dir={root}",
+            f"--LabApp.user_settings_dir={settings}",
+            f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
+        ],  # fmt: skip
+        cwd=root,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}{BASE_URL}"
+    lab = Lab(proc, url, root, home)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}api/status?token={TOKEN}", timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(
+                        f"JupyterLab did not start: {(tmp / 'lab.log').read_text()[-3000:]}"
+                    )
+                time.sleep(0.3)
+        yield lab
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        left = processes_under(home)
+        for p in left:
+            p.kill()
+        assert not left, f"jobs left running: {[p.cmdline() for p in left]}"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    yield from start_lab(tmp_path_factory.mktemp("lab"))
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        pytest.skip("Chromium missing: apt-get install -y chromium (scripts/setup.d/20-browser.sh)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def page(lab: Lab, browser: Any) -> Iterator[Any]:
+    """JupyterLab with attach.ipynb open and the Alchemist panel shown."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    page.goto(f"{lab.url}lab/tree/attach.ipynb?reset&token={TOKEN}")
+    page.locator(".jp-Notebook .jp-Cell").first.wait_for()
+    page.locator('.jp-SideBar .lm-TabBar-tab[data-id="alchemist-panel"]').click()
+    page.locator("#alchemist-panel .jp-Alchemist-form").wait_for()
+    yield page
+    context.close()
+
+
+def fill_form(page: Any, path: str, workers: int, name: str) -> None:
+    panel = page.locator("#alchemist-panel")
+    panel.locator("input[name=path]").fill(path)
+    panel.locator("input[name=workers]").fill(str(workers))
+    panel.locator("input[name=name]").fill(name)
+    panel.locator("textarea[name=env]").fill("OMP_NUM_THREADS=1")
+
+
+def job_view(page: Any, name: str) -> Any:
+    """The job view (main area) of the job called ``name``, once it opened."""
+    view = page.locator(
+        ".jp-Alchemist-jobView", has=page.locator(f'.jp-Alchemist-spec:has-text("{name}")')
+    )
+    view.wait_for()
+    return view
+
+
+CURVE_PIXELS_JS = """([metric, rgb]) => {
+    const c = document.querySelector(`.jp-Alchemist-chart[data-metric="${metric}"] canvas`);
+    if (!c) return 0;
+    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+    let n = 0;
+    for (let i = 0; i < d.length; i += 4) {
+        if (d[i + 3] > 100 && Math.abs(d[i] - rgb[0]) < 40 && Math.abs(d[i + 1] - rgb[1]) < 40 &&
+            Math.abs(d[i + 2] - rgb[2]) < 40) n++;
+    }
+    return n;
+}"""
+
+
+def wait_for_curve(page: Any, metric: str, rgb: tuple[int, int, int], pixels: int = 50) -> None:
+    """Wait until ``metric``'s chart canvas shows a line in ``rgb`` (a rank's colour)."""
+    try:
+        page.wait_for_function(
+            f"args => ({CURVE_PIXELS_JS})(args) > {pixels}", arg=[metric, list(rgb)], timeout=20_000
+        )
+    except Exception:
+        page.screenshot(path=str(Path(os.environ.get("TMPDIR", "/tmp")) / "alchemist-curve.png"))
+        raise
+
+
+def test_launch_a_two_worker_script_and_watch_it_succeed(page: Any, lab: Lab) -> None:
+    fill_form(page, "train.py", 2, "curve-run")
+    panel = page.locator("#alchemist-panel")
+    panel.get_by_role("button", name="Dry run").click()
+    dry = panel.locator(".jp-Alchemist-dryrun")
+    dry.filter(has_text="world size 2").wait_for()
+    assert "nothing was submitted" in dry.inner_text()
+    assert lab.api("jobs")["jobs"] == []
+
+    panel.get_by_role("button", name="Submit").click()
+    view = job_view(page, "curve-run")
+    view.locator(".jp-Alchemist-jobHeader .jp-Alchemist-state", has_text="succeeded").wait_for(
+        timeout=180_000
+    )
+    # the whole curves arrive (20 steps) and are drawn, one line per rank in its colour
+    view.locator('.jp-Alchemist-chart[data-metric="loss"][data-points="20"]').wait_for()
+    wait_for_curve(page, "loss", (0x1F, 0x77, 0xB4))  # rank 0
+    wait_for_curve(page, "loss", (0xFF, 0x7F, 0x0E))  # rank 1
+
+    logs = view.locator(".jp-Alchemist-logs")
+    logs.filter(has_text="hello from rank 0 of 2").wait_for()
+    view.locator("select[name=rank]").select_option("1")
+    logs.filter(has_text="hello from rank 1 of 2").wait_for()
+
+    # the list shows it, newest first, with its state and the latest loss
+    (job,) = lab.api("jobs")["jobs"]
+    row = panel.locator(f'.jp-Alchemist-job[data-job-id="{job["id"]}"]')
+    row.locator(".jp-Alchemist-state", has_text="succeeded").wait_for()
+    assert row.locator(".jp-Alchemist-metric").inner_text() == "loss 0.05 @ 19"
+
+
+def test_cancel_a_long_job_from_its_view(page: Any, lab: Lab) -> None:
+    fill_form(page, "long.py", 2, "long-run")
+    page.locator("#alchemist-panel").get_by_role("button", name="Submit").click()
+    view = job_view(page, "long-run")
+    view.locator(".jp-Alchemist-logs", has_text="long job started").wait_for(timeout=120_000)
+    view.get_by_role("button", name="Cancel").click()
+    view.locator(".jp-Alchemist-jobHeader .jp-Alchemist-state", has_text="cancelled").wait_for()
+    (job,) = [j for j in lab.api("jobs")["jobs"] if j["name"] == "long-run"]
+    assert job["state"] == "cancelled"
+    deadline = time.monotonic() + 30
+    while processes_under(Path(job["job_dir"])) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not processes_under(Path(job["job_dir"])), "workers still running after cancel"
+    # the state filter shows it among the cancelled jobs only
+    panel = page.locator("#alchemist-panel")
+    panel.locator("select[name=state]").select_option("cancelled")
+    assert panel.locator(".jp-Alchemist-job").count() == 1
+    panel.locator("select[name=state]").select_option("")
+
+
+def test_insert_attach_cell_into_the_notebook(page: Any, lab: Lab) -> None:
+    (job,) = [j for j in lab.api("jobs")["jobs"] if j["name"] == "curve-run"]
+    page.locator(f'.lm-TabBar-tab:has-text("curve-run ({job["id"]})")').click()
+    view = job_view(page, "curve-run")
+    view.get_by_role("button", name="Insert attach cell").click()
+    cells = page.locator(".jp-Notebook .jp-Cell .cm-content")
+    cells.filter(has_text=f"%alchemist_attach {job['id']}").wait_for()
+    assert cells.count() == 2
+
+
+def test_command_palette_lists_the_panel_actions(page: Any) -> None:
+    page.keyboard.press("Control+Shift+C")
+    palette = page.locator(".jp-ModalCommandPalette")
+    palette.locator("input").fill("Alchemist")
+    for label in (
+        "Alchemist: Show Jobs Panel",
+        "Alchemist: Open Job…",
+        "Alchemist: Cancel Job…",
+        "Alchemist: Insert Attach Cell…",
+        "Alchemist: Submit the Launch Form",
+    ):
+        palette.locator(".lm-CommandPalette-itemLabel", has_text=label).wait_for()
+    page.keyboard.press("Escape")
+
+
+def test_missing_server_extension_gets_one_clear_message(tmp_path: Path, browser: Any) -> None:
+    for lab in start_lab(tmp_path, server_extension=False):
+        context = browser.new_context()
+        page = context.new_page()
+        page.set_default_timeout(60_000)
+        page.goto(f"{lab.url}lab?reset&token={TOKEN}")
+        page.locator('.jp-SideBar .lm-TabBar-tab[data-id="alchemist-panel"]').click()
+        message = page.locator('#alchemist-panel .jp-Alchemist-message[data-kind="error"]')
+        message.wait_for()
+        assert "server extension is not running" in message.inner_text()
+        assert "jupyter server extension enable alchemist.server" in message.inner_text()
+        context.close()

@@ -145,7 +145,7 @@ def start_lab(tmp: Path, *, server_extension: bool = True) -> Iterator[Lab]:
             f"--ServerApp.root_dir={root}",
             f"--LabApp.user_settings_dir={settings}",
             f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
-        ],  # fmt: skip
+        ],
         cwd=root,
         env=env,
         stdout=log,

@@ -348,7 +348,9 @@ class Kubelet:
     is replaced while the Job's failures stay within ``backoffLimit``; a failed Job's
     running pods are deleted; the
     podFailurePolicy rules ``Ignore`` (on ``DisruptionTarget``) and ``FailJob`` (on exit
-    codes ``In``/``NotIn``) are honoured; all indexes succeeded → ``Complete``.
+    codes ``In``/``NotIn``) are honoured; ``activeDeadlineSeconds`` fails the Job with
+    ``DeadlineExceeded`` (checked whenever the Job is synced); all indexes succeeded →
+    ``Complete``.
     """
 
     def __init__(self, server: StandinApiServer, namespace: str = "default") -> None:
@@ -456,7 +458,19 @@ class Kubelet:
                     st["completionTime"] = now_iso()
                     break
             else:
-                if st["failed"] > spec.get("backoffLimit", 6):
+                deadline = spec.get("activeDeadlineSeconds")
+                started = datetime.fromisoformat(st["startTime"].replace("Z", "+00:00"))
+                ran = (datetime.now(timezone.utc) - started).total_seconds()
+                if deadline is not None and ran > deadline:
+                    conds.append(
+                        _cond(
+                            "Failed",
+                            "DeadlineExceeded",
+                            "Job was active longer than specified deadline",
+                        )
+                    )
+                    st["completionTime"] = now_iso()
+                elif st["failed"] > spec.get("backoffLimit", 6):
                     conds.append(
                         _cond(
                             "Failed",

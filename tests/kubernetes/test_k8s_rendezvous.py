@@ -173,3 +173,18 @@ def test_cancel_stops_the_pods(
     procs = getattr(kubelet, "procs", {})
     wait_for(lambda: all(p.poll() is not None for p in procs.values()), 30, "pods to stop")
     assert server.list("pods", "default") == []
+
+
+def test_timeout_stops_the_job(
+    cluster: tuple[KubernetesBackend, Kubelet, StandinApiServer], alchemist_home: Path
+) -> None:
+    """``timeout`` becomes activeDeadlineSeconds; the stand-in Job controller enforces it."""
+    backend, kubelet, _ = cluster
+    spec = JobSpec(name="slow", workers=1, timeout=3, backend="kubernetes")
+    req = write_job(alchemist_home, "jrdzvslow01", spec, "import time\ntime.sleep(600)\n")
+    backend.submit(req)
+    wait_for(lambda: backend.status(req).state.is_terminal, 120, "the deadline")
+    st = backend.status(req)
+    assert st.state is JobState.FAILED and st.reason is not None and "timeout" in st.reason
+    procs = getattr(kubelet, "procs", {})
+    wait_for(lambda: all(p.poll() is not None for p in procs.values()), 30, "pods to stop")

@@ -29,22 +29,45 @@ def _first_positions(tree: ast.AST) -> tuple[dict[str, int], dict[str, int]]:
     def pos(node: ast.AST) -> int:
         return getattr(node, "lineno", 0) * 100_000 + getattr(node, "col_offset", 0)
 
+    def end(node: ast.AST) -> int:
+        return (getattr(node, "end_lineno", 0) or 0) * 100_000 + (
+            getattr(node, "end_col_offset", 0) or 0
+        )
+
     class Visitor(ast.NodeVisitor):
         def visit_Name(self, node: ast.Name) -> None:
             table = loads if isinstance(node.ctx, ast.Load) else stores
             table.setdefault(node.id, pos(node))
 
+        def _store_targets(self, targets: list[ast.expr], at: int) -> None:
+            # A target is bound only after the right-hand side ran: date it at the end.
+            for t in targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                        stores.setdefault(n.id, at)
+                    elif isinstance(n, ast.Name):
+                        self.visit(n)
+
         def visit_Assign(self, node: ast.Assign) -> None:
-            # The right-hand side runs before the targets are bound.
             self.visit(node.value)
-            for t in node.targets:
-                self.visit(t)
+            self._store_targets(node.targets, end(node))
+
+        def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+            if node.value is not None:
+                self.visit(node.value)
+            self._store_targets([node.target], end(node))
 
         def visit_AugAssign(self, node: ast.AugAssign) -> None:
-            self.visit(node.value)
             if isinstance(node.target, ast.Name):
                 loads.setdefault(node.target.id, pos(node.target))
-            self.visit(node.target)
+            self.visit(node.value)
+            self._store_targets([node.target], end(node))
+
+        def visit_For(self, node: ast.For) -> None:
+            self.visit(node.iter)
+            self._store_targets([node.target], end(node.iter))
+            for stmt in [*node.body, *node.orelse]:
+                self.visit(stmt)
 
         def _bind(self, node: ast.AST, name: str) -> None:
             stores.setdefault(name, pos(node))

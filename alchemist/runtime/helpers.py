@@ -125,28 +125,30 @@ def _checkpoint_dir() -> Path:
 def save_checkpoint(state: dict[str, Any], step: int, keep: int = 3) -> Path | None:
     """Save ``state`` (e.g. model and optimizer ``state_dict()``) as of ``step``.
 
-    Rank 0 writes; the file appears atomically, so a crash mid-write never leaves a
-    broken latest checkpoint. The newest ``keep`` checkpoints are kept.
+    Every rank calls it. It first waits for all ranks to reach this step, so a
+    checkpoint only ever records a step the whole job completed; then rank 0 writes it
+    atomically (a crash mid-write never leaves a broken latest checkpoint). The newest
+    ``keep`` checkpoints are kept.
 
     Returns:
         The checkpoint's path on rank 0, None on other ranks.
     """
     import torch
 
-    ctx = context()
-    path = None
-    if ctx.is_main:
-        directory = _checkpoint_dir()
-        buf = io.BytesIO()
-        torch.save({"step": step, "state": state}, buf)
-        path = directory / f"ckpt-{step:09d}.pt"
-        atomic_write_bytes(path, buf.getvalue())
-        for old in _checkpoints(directory)[:-keep] if keep > 0 else []:
-            old.unlink(missing_ok=True)
     if _dist_ready():
         import torch.distributed as dist
 
-        dist.barrier()  # every rank may restore from it once save returns
+        dist.barrier()
+    ctx = context()
+    if not ctx.is_main:
+        return None
+    directory = _checkpoint_dir()
+    buf = io.BytesIO()
+    torch.save({"step": step, "state": state}, buf)
+    path = directory / f"ckpt-{step:09d}.pt"
+    atomic_write_bytes(path, buf.getvalue())
+    for old in _checkpoints(directory)[:-keep] if keep > 0 else []:
+        old.unlink(missing_ok=True)
     return path
 
 
@@ -161,14 +163,21 @@ def restore(map_location: Any = None) -> dict[str, Any] | None:
     """The latest checkpoint as ``{"step": int, "state": dict}``, or None if there is none.
 
     A restarted job calls this at the start of training to resume where it stopped.
+    Every rank calls it; rank 0 chooses the checkpoint and all ranks load that one, so
+    the ranks resume from the same step.
     """
     import torch
 
     ckpts = _checkpoints(_checkpoint_dir())
-    if not ckpts:
+    chosen: list[str | None] = [ckpts[-1].name if ckpts else None]
+    if _dist_ready():
+        import torch.distributed as dist
+
+        dist.broadcast_object_list(chosen, src=0)
+    if chosen[0] is None:
         return None
     loc = map_location if map_location is not None else context().device
-    return torch.load(ckpts[-1], map_location=loc, weights_only=False)  # type: ignore[no-any-return]
+    return torch.load(_checkpoint_dir() / chosen[0], map_location=loc, weights_only=False)  # type: ignore[no-any-return]
 
 
 def restart_count() -> int:

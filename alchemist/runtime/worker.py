@@ -52,6 +52,31 @@ def _rank_env() -> tuple[int, int, int]:
     return rank, world, local
 
 
+def _attempt_store(world_size: int) -> Any:
+    """The rendezvous store for this attempt, or None to let torch pick.
+
+    torchrun's workers share the agent's TCPStore across restarts, and the default
+    process group's keys carry no attempt number: after a restart a rank can read a
+    dead peer's address from the previous attempt and fail to connect (or hang). A
+    prefix per attempt keeps the attempts apart.
+    """
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world_size,
+        is_master=False,
+        timeout=timedelta(minutes=30),
+    )
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"alchemist/attempt-{attempt}", store)
+
+
 def _init_process_group(algorithm: str) -> None:
     if algorithm == "horovod":
         return  # horovod.init() is called by the horovod algorithm's wrap()
@@ -63,11 +88,15 @@ def _init_process_group(algorithm: str) -> None:
     ctx = context()
     if ctx.world_size <= 1 and "MASTER_ADDR" not in os.environ:
         return
+    kwargs: dict[str, Any] = {}
+    store = _attempt_store(ctx.world_size)
+    if store is not None:
+        kwargs = {"store": store, "rank": ctx.rank, "world_size": ctx.world_size}
     if ctx.device.type == "cuda":
         torch.cuda.set_device(ctx.device)
-        dist.init_process_group("nccl", device_id=ctx.device)
+        dist.init_process_group("nccl", device_id=ctx.device, **kwargs)
     else:
-        dist.init_process_group("gloo")
+        dist.init_process_group("gloo", **kwargs)
 
 
 def _save_outputs(job_dir: JobDir, names: list[str], ns: dict[str, Any]) -> None:

@@ -163,3 +163,22 @@ def test_post_start_hook_copies_examples_without_overwriting_edits(
     (home / "examples" / "quickstart.ipynb").write_text("my edits")
     subprocess.run(argv, env=env, check=True, timeout=30)
     assert (home / "examples" / "quickstart.ipynb").read_text() == "my edits"
+
+
+def test_spawn_page_offers_every_profile_and_maps_the_choice_back(
+    helm: str, kubeconfig: Path
+) -> None:
+    """KubeSpawner's own spawn-page form lists each profile, and a submitted choice
+    becomes the user option that selects it."""
+    values = chart_hub_config(helm)
+
+    async def form_and_choice() -> tuple[str, dict[str, Any]]:
+        spawner = make_spawner(values)  # KubeSpawner wants a running loop for its client
+        return spawner.options_form, spawner.options_from_form({"profile": ["gpu-8"]})
+
+    form, choice = asyncio.run(form_and_choice())
+    for name in ["CPU", "1 GPU", "4 GPUs", "8 GPUs"]:
+        assert name in form
+    for slug in PROFILES:
+        assert f'value="{slug}"' in form
+    assert choice == {"profile": "gpu-8"}

@@ -378,7 +378,14 @@ class Kubelet:
 
     def sync(self, name: str) -> dict[int, dict[str, Any]]:
         """Create the missing pods of Job ``name`` (the Job controller's reconcile)."""
-        job = self.job(name)
+        # Under the server's lock, so a Job deleted meanwhile (cancel) leaves no orphans.
+        with self.server.lock:
+            return self._sync(name)
+
+    def _sync(self, name: str) -> dict[int, dict[str, Any]]:
+        job = self.server.get("jobs", self.namespace, name)
+        if job is None:  # deleted meanwhile
+            return {}
         if _terminal(job) or job["spec"].get("suspend"):
             return self.pods(name)
         pods = self.pods(name)

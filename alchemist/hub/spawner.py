@@ -30,6 +30,7 @@ Nothing here imports torch or kubernetes: the hub image has neither.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -216,8 +217,17 @@ def configure_kubespawner(c: Any, values: Mapping[str, Any]) -> None:
             ks.storage_class = str(home["storageClassName"])
     if single.get("nodeSelector"):
         ks.node_selector = dict(single["nodeSelector"])
-    if single.get("tolerations"):
-        ks.tolerations = list(single["tolerations"])
+    hub_tolerations = list(single.get("tolerations") or [])
+    if hub_tolerations:
+        ks.tolerations = hub_tolerations
+        # A profile's list would replace the hub-wide one (KubeSpawner merges only
+        # dicts, such as node_selector); keep both.
+        profiles = [
+            dataclasses.replace(p, tolerations=(*hub_tolerations, *p.tolerations))
+            if p.tolerations
+            else p
+            for p in profiles
+        ]
     ks.extra_labels = {"app.kubernetes.io/part-of": "alchemist"}
     # Copy the example notebooks into the user's home, never overwriting their edits.
     ks.lifecycle_hooks = {

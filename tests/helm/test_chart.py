@@ -239,6 +239,14 @@ def test_hub_config_names_the_objects_the_chart_creates(helm: str) -> None:
         f"http://{api_svc['metadata']['name']}.alchemist:8001"
     )
     assert [p["slug"] for p in ks.profile_list] == ["cpu", "gpu-1"]
+    # A profile's tolerations add to the hub-wide ones; its node selector is merged
+    # by KubeSpawner (a dict).
+    gpu = ks.profile_list[1]["kubespawner_override"]
+    assert gpu["tolerations"] == [
+        {"key": "pool", "operator": "Equal", "value": "notebooks", "effect": "NoSchedule"},
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+    ]
+    assert "tolerations" not in ks.profile_list[0]["kubespawner_override"]
     # The database URL is a secret: it travels in the Secret, not in the ConfigMap.
     (cm,) = find(docs, "ConfigMap", "-hub-config")
     assert "postgresql://" not in json.dumps(cm)

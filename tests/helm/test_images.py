@@ -219,3 +219,29 @@ def test_dockerfile_passes_hadolint(image: str) -> None:
         env={**os.environ, "NO_COLOR": "1"},
     )
     assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
+
+
+def copy_sources(text: str) -> list[str]:
+    """Build-context paths the Dockerfile COPYs (not ``COPY --from=<stage>``)."""
+    sources: list[str] = []
+    for line in re.findall(r"^COPY (.+)$", text, re.M):
+        parts = [p for p in line.split() if not p.startswith("--chown")]
+        if parts[0].startswith("--from"):
+            continue
+        sources += parts[:-1]
+    return sources
+
+
+@pytest.mark.parametrize("image", NAMES)
+def test_build_context_holds_what_the_dockerfile_copies(image: str) -> None:
+    """Every COPY source exists in the repository and is let through by the image's
+    ``Dockerfile.dockerignore`` (which keeps .venv and node_modules out of the context)."""
+    ignore = (IMAGES / image / "Dockerfile.dockerignore").read_text().splitlines()
+    allowed = [line[1:].rstrip("/") for line in ignore if line.startswith("!")]
+    assert "*" in ignore, "the ignore file must start from nothing (*) and allow paths"
+    for source in copy_sources(dockerfile(image)):
+        path = source.rstrip("/")
+        assert (REPO / path).exists(), f"images/{image}/Dockerfile copies missing {source}"
+        assert any(path == a or path.startswith(a + "/") for a in allowed), (
+            f"{source} is excluded by images/{image}/Dockerfile.dockerignore"
+        )

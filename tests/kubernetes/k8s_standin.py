@@ -662,6 +662,10 @@ class ProcessKubelet(Kubelet):
         self._thread.join(timeout=10)
         for proc in self.procs.values():
             _kill(proc)
+        if self.log_dir is not None:
+            import shutil
+
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def _loop(self) -> None:
         while not self._stop.is_set():

@@ -306,3 +306,10 @@ def test_dry_run_does_not_import_the_client(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_docs_list_every_setting_and_variable() -> None:
+    """docs/kubernetes.md is what the KubeSpawner profiles are written from: keep it complete."""
+    doc = (Path(__file__).parents[2] / "docs" / "kubernetes.md").read_text()
+    for name, var in ENV_VARS.items():
+        assert f"| `{name}` | `{var}` |" in doc, name

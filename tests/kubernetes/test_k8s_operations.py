@@ -435,3 +435,24 @@ def test_rank_logs_come_from_the_job_dir(env: Env, alchemist_home: Path) -> None
     req.job_dir.rank_log(0).write_text("hello from rank 0\n")
     chunk = backend.logs(req, 0)
     assert chunk.lines == ["hello from rank 0"] and chunk.cursor == 18
+
+
+def test_reattach_from_a_new_kernel(env: Env, alchemist_home: Path) -> None:
+    """A fresh backend (a restarted kernel, other settings) finds the job from its job dir."""
+    backend, kubelet, server = env
+    req = new_request(alchemist_home)
+    backend.submit(req)
+    kubelet.run_all(name_of(req))
+    fresh = KubernetesBackend(
+        api_client=server.api_client(),
+        namespace="elsewhere",  # the record of the submission wins
+        image="i",
+        pvc="p",
+        mount_path=str(alchemist_home),
+    )
+    try:
+        assert fresh.status(req).state is JobState.RUNNING
+        fresh.cancel(req)
+        assert backend.status(req).state is JobState.CANCELLED
+    finally:
+        fresh.api_client.close()

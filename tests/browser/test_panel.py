@@ -252,6 +252,15 @@ def wait_for_curve(page: Any, metric: str, rgb: tuple[int, int, int], pixels: in
         raise
 
 
+def test_run_as_job_from_the_file_browser_fills_the_form(page: Any) -> None:
+    page.locator('.jp-SideBar .lm-TabBar-tab[data-id="filebrowser"]').click()
+    page.locator(".jp-DirListing-item", has_text="train.py").click(button="right")
+    page.locator(".lm-Menu-item", has_text="Run as Alchemist Job").click()
+    path = page.locator("#alchemist-panel input[name=path]")
+    path.wait_for()
+    assert path.input_value() == "train.py"
+
+
 def test_launch_a_two_worker_script_and_watch_it_succeed(page: Any, lab: Lab) -> None:
     fill_form(page, "train.py", 2, "curve-run")
     panel = page.locator("#alchemist-panel")
@@ -287,7 +296,9 @@ def test_cancel_a_long_job_from_its_view(page: Any, lab: Lab) -> None:
     fill_form(page, "long.py", 2, "long-run")
     page.locator("#alchemist-panel").get_by_role("button", name="Submit").click()
     view = job_view(page, "long-run")
-    view.locator(".jp-Alchemist-logs", has_text="long job started").wait_for(timeout=120_000)
+    view.locator(".jp-Alchemist-jobHeader .jp-Alchemist-state", has_text="running").wait_for(
+        timeout=120_000
+    )
     view.get_by_role("button", name="Cancel").click()
     view.locator(".jp-Alchemist-jobHeader .jp-Alchemist-state", has_text="cancelled").wait_for()
     (job,) = [j for j in lab.api("jobs")["jobs"] if j["name"] == "long-run"]
@@ -326,6 +337,32 @@ def test_command_palette_lists_the_panel_actions(page: Any) -> None:
     ):
         palette.locator(".lm-CommandPalette-itemLabel", has_text=label).wait_for()
     page.keyboard.press("Escape")
+
+
+def test_panel_polls_only_while_visible(page: Any) -> None:
+    """With the panel hidden (another sidebar tab shown), the job list is not requested."""
+    from urllib.parse import urlparse
+
+    seen: list[str] = []
+
+    def on_request(request: Any) -> None:
+        if urlparse(request.url).path.endswith("/alchemist/api/v1/jobs"):
+            seen.append(request.url)
+
+    page.on("request", on_request)
+    try:
+        page.locator('.jp-SideBar .lm-TabBar-tab[data-id="filebrowser"]').click()
+        page.wait_for_timeout(1000)  # let a request already in flight finish
+        seen.clear()
+        page.wait_for_timeout(3000)  # 6 poll intervals (pollInterval is 500 ms here)
+        assert seen == [], f"hidden panel polled: {seen}"
+        page.locator('.jp-SideBar .lm-TabBar-tab[data-id="alchemist-panel"]').click()
+        deadline = time.monotonic() + 10
+        while not seen and time.monotonic() < deadline:
+            page.wait_for_timeout(100)
+        assert seen, "the panel did not poll again once shown"
+    finally:
+        page.remove_listener("request", on_request)
 
 
 def test_missing_server_extension_gets_one_clear_message(tmp_path: Path, browser: Any) -> None:

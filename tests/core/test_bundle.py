@@ -98,5 +98,5 @@ def test_notebook_source_runs_code_cells_in_order(tmp_path) -> None:
 def test_unknown_file_type_is_refused(tmp_path) -> None:
     p = tmp_path / "data.csv"
     p.write_text("a,b\n")
-    with pytest.raises(BundleError, match="only .py scripts and .ipynb notebooks"):
+    with pytest.raises(BundleError, match=r"only \.py scripts and \.ipynb notebooks"):
         source_of(p)

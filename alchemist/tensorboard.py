@@ -13,7 +13,11 @@ Where to open it: behind JupyterHub (``JUPYTERHUB_SERVICE_PREFIX`` is set, e.g.
 JupyterHub it is ``http://127.0.0.1:<port>/``. ``ALCHEMIST_TENSORBOARD_URL`` overrides
 both with a template such as ``https://lab.example/proxy/{port}/``.
 
-Run layout (see :mod:`alchemist.metrics.reporter`): rank 0 writes in the folder itself
+Before serving, events that the job's TensorBoard writer has not converted (for example
+logged by another rank after rank 0 closed its reporter) are converted, when that
+writer no longer runs (:func:`alchemist.metrics.tbwriter.catch_up`).
+
+Run layout (see :mod:`alchemist.metrics.tbwriter`): rank 0 writes in the folder itself
 (TensorBoard run ``.``), rank ``r`` in ``rank-<r>/``; tags are the metric names.
 """
 
@@ -145,10 +149,13 @@ def open_tensorboard(job: Any, timeout: float = START_TIMEOUT) -> TensorBoardHan
     Raises:
         TensorBoardError: the server did not start (the message includes its error).
     """
+    job_id, logdir = _logdir_of(job)
+    from alchemist.metrics.tbwriter import catch_up
+
+    catch_up(logdir.parent)  # events logged after the job's writer stopped, if any
     existing = find_tensorboard(job)
     if existing is not None:
         return existing
-    job_id, logdir = _logdir_of(job)
     logdir.mkdir(parents=True, exist_ok=True)
     log_path = _registry(job_id).with_suffix(".log")
     for _attempt in range(3):  # a port taken between probing and binding: try another

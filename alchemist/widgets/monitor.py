@@ -18,7 +18,7 @@ Charting library: plotly's ``FigureWidget``. It is already an Alchemist dependen
 it is actively maintained, it renders in JupyterLab 4 and Notebook 7 with no lab
 extension of its own (plotly ≥ 6 builds it on ``anywidget``, which must be
 installed), and the same figures render as static HTML. Updates are incremental: every
-``interval`` seconds (4 per second by default) only the traces that gained points are
+``interval`` seconds (about 7 per second by default) only the traces that gained points are
 re-sent, each as its downsampled view (:mod:`alchemist.widgets.downsample`: at most
 ``max_points`` points keeping first/last/extremes), never one message per point, while
 every point stays in memory and in the job's ``metrics.jsonl``.
@@ -48,7 +48,7 @@ from alchemist.metrics.system import system_metrics_path
 from alchemist.spec import JobState, JobStatus
 from alchemist.widgets.downsample import Series
 
-DEFAULT_INTERVAL = 0.25
+DEFAULT_INTERVAL = 0.15
 DEFAULT_MAX_POINTS = 2000
 DEFAULT_LOG_LINES = 200
 #: Bytes of metrics read per update at most (a long history arrives over a few updates).
@@ -477,7 +477,7 @@ class JobMonitor:
         job: the job (``alchemist.client.Job`` or anything with the :class:`MonitoredJob`
             protocol).
         ranks: ranks whose curves are drawn at first (default rank 0; more on demand).
-        interval: seconds between updates (throttle; default 0.25 = 4 per second).
+        interval: seconds between updates (throttle; default 0.15, about 7 per second).
         max_points: points drawn per curve at most (every point stays stored).
         log_lines: lines kept in the log tail.
     """

@@ -30,9 +30,9 @@ print(f"rank {ctx.rank} finished training")
 """
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def finished_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A real 2-worker job on the local backend (torchrun), run to success once per module."""
+    """A real 2-worker job on the local backend (torchrun), run to success once per session."""
     from alchemist import client
 
     home = tmp_path_factory.mktemp("finished-home")

@@ -93,11 +93,13 @@ def test_cursor_reads_only_new_events_and_restarts(tmp_path: Path) -> None:
     with Reporter(jd, tensorboard=False) as rep:
         for i in range(5):
             rep.log(i, loss=float(i))
+        rep.flush()
         events, c1 = reader.read(0)
         assert [e["step"] for e in events] == [0, 1, 2, 3, 4]
         assert reader.read(c1) == ([], c1)
         for i in range(5, 8):
             rep.log(i, loss=float(i))
+        rep.flush()
         # A new reader (a restarted kernel) resumes from the stored cursor.
         events, c2 = MetricsReader(jd.metrics).read(c1)
         assert [e["step"] for e in events] == [5, 6, 7]
@@ -109,6 +111,46 @@ def test_cursor_reads_only_new_events_and_restarts(tmp_path: Path) -> None:
             part, cursor = reader.read(cursor, max_bytes=150)
             pieces.extend(e["step"] for e in part)
         assert pieces == list(range(8))
+
+
+def test_events_reach_the_file_without_flush(tmp_path: Path) -> None:
+    """The writer thread appends queued events within its interval, in order."""
+    jd = make_job(tmp_path)
+    with Reporter(jd, tensorboard=False, write_interval=0.02) as rep:
+        t0 = time.monotonic()
+        for i in range(50):
+            rep.log(i, loss=float(i))
+        events: list[dict] = []
+        cursor = 0
+        while len(events) < 50 and time.monotonic() - t0 < 10:
+            got, cursor = MetricsReader(jd.metrics).read(cursor)
+            events.extend(got)
+            time.sleep(0.005)
+        assert [e["step"] for e in events] == list(range(50))
+        assert time.monotonic() - t0 < 5
+
+
+_FORKER = r"""
+import os, sys
+from pathlib import Path
+from alchemist.jobdir import JobDir
+from alchemist.metrics.reporter import Reporter
+rep = Reporter(JobDir(Path(sys.argv[1])), rank=0, tensorboard=False, write_interval=60)
+rep.log(0, loss=1.0)
+pid = os.fork()
+if pid == 0:  # like a forked DataLoader worker: no writer thread here
+    rep.log(1, loss=2.0)
+    os._exit(0)
+os.waitpid(pid, 0)
+rep.close()
+"""
+
+
+def test_forked_child_writes_its_events(tmp_path: Path) -> None:
+    jd = make_job(tmp_path, "j-fork")
+    subprocess.run([sys.executable, "-c", _FORKER, str(jd.root)], check=True, timeout=60)
+    steps = sorted(e["step"] for e in MetricsReader(jd.metrics).read_all())
+    assert steps == [0, 1], "the child's event is written, the parent's pending one once"
 
 
 def test_partial_line_is_held_back_until_complete(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from traitlets.config import Config
 
 from alchemist.backends.api import JobRequest
 from alchemist.backends.kubernetes import KubernetesBackend, slugs
@@ -374,7 +375,12 @@ def test_unreachable_api_server(alchemist_home: Path) -> None:
     with StandinApiServer() as server:
         client = server.api_client()
     backend = KubernetesBackend(
-        api_client=client, namespace="default", image="i", pvc="p", mount_path=str(alchemist_home)
+        api_client=client,
+        config=Config(),
+        namespace="default",
+        image="i",
+        pvc="p",
+        mount_path=str(alchemist_home),
     )
     backend.request_timeout = 2
     with pytest.raises(BackendError) as e:
@@ -445,6 +451,7 @@ def test_reattach_from_a_new_kernel(env: Env, alchemist_home: Path) -> None:
     kubelet.run_all(name_of(req))
     fresh = KubernetesBackend(
         api_client=server.api_client(),
+        config=Config(),
         namespace="elsewhere",  # the record of the submission wins
         image="i",
         pvc="p",

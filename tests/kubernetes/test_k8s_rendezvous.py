@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from traitlets.config import Config
 
 import alchemist.backends as backends_registry
 from alchemist.backends.api import JobRequest
@@ -76,6 +77,7 @@ def test_pods_form_the_whole_world(alchemist_home: Path) -> None:
     spec = JobSpec(name="rdzv", workers=2, backend="kubernetes")
     req = write_job(alchemist_home, "jrdzv000001", spec, ALL_REDUCE_CELL)
     backend = KubernetesBackend(
+        config=Config(),
         namespace="default",
         image="unused",
         pvc="home",

@@ -89,3 +89,12 @@ def horovodrun_args(
         "-u",
         *runtime_args(job_dir),
     ]
+
+
+def horovod_argv(spec: JobSpec, job_dir: JobDir) -> list[str]:
+    """The local backend's command for a Horovod job: all slots on ``localhost``.
+
+    Raises:
+        BackendError: Horovod is not installed (the message says how to install it).
+    """
+    return horovodrun_args(spec, job_dir)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import threading
-import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
@@ -96,13 +95,15 @@ class WrappedOptimizer(torch.optim.Optimizer):
         return self.inner.step(closure) if closure is not None else self.inner.step()
 
 
-_live: weakref.WeakSet[WrappedOptimizer] = weakref.WeakSet()
+# Strong references: the runtime drops the cell's namespace before exit, and a wrapper
+# collected then would close its connection without saying "done".
+_live: list[WrappedOptimizer] = []
 _live_lock = threading.Lock()
 
 
 def _register(opt: WrappedOptimizer) -> None:
     with _live_lock:
-        _live.add(opt)
+        _live.append(opt)
 
 
 def finish_all() -> None:
@@ -113,6 +114,7 @@ def finish_all() -> None:
     """
     with _live_lock:
         opts = list(_live)
+        _live.clear()
     for opt in opts:
         opt.finish()
 

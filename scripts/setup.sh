@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Set up everything Alchemist needs on this machine, idempotently:
+#   .venv/                 Python 3.11 virtualenv with torch 2.13.0 (CPU wheel) and
+#                          Alchemist installed editable with its dev extras
+#   scripts/setup.d/*.sh   the rest, each idempotent: configurable-http-proxy (npm),
+#                          Chromium for browser tests (apt), Helm and hadolint, Horovod
+#                          (built once, wheel cached), the prebuilt JupyterLab extension
+# Run from anywhere; fast when everything is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-}"
+if [ -z "$PYTHON" ]; then
+    for candidate in python3.11 python3; do
+        if command -v "$candidate" >/dev/null 2>&1; then PYTHON="$candidate"; break; fi
+    done
+fi
+[ -n "$PYTHON" ] || { echo "setup: Python 3.10+ is needed (python3.11 recommended)" >&2; exit 1; }
+
+if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating .venv with $PYTHON"
+    "$PYTHON" -m venv .venv
+fi
+PIP=(.venv/bin/python -m pip --disable-pip-version-check)
+
+# torch must be named with its exact version: a bare `torch` requirement pulls a
+# multi-GB CUDA build; 2.13.0 is the CPU wheel kept on these machines.
+stamp=.venv/.alchemist-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    echo "setup: installing torch==2.13.0 (CPU) and Alchemist with its dev extras"
+    "${PIP[@]}" install -q torch==2.13.0 numpy 2>&1 | grep -v "^WARNING: Location" || true
+    "${PIP[@]}" install -q torch==2.13.0 -e ".[dev]" 2>&1 | grep -v "^WARNING: Location" || true
+    .venv/bin/python -c "import alchemist, torch; assert torch.__version__.startswith('2.13.0')"
+    touch "$stamp"
+else
+    echo "setup: .venv is up to date"
+fi
+
+for step in scripts/setup.d/*.sh; do
+    bash "$step"
+done
+echo "setup: done"

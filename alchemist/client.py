@@ -164,7 +164,7 @@ class Job:
 
     def logs(self, rank: int | None = None) -> str:
         """A rank's whole log, or every rank's with a ``[rank r]`` prefix."""
-        out = []
+        out: list[str] = []
         for r in [rank] if rank is not None else self.ranks():
             cursor = 0
             while True:

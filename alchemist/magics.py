@@ -115,9 +115,7 @@ class AlchemistMagics(Magics):
             memory=args.memory,
         )
         try:
-            result = client.submit(
-                cell, namespace=self.shell.user_ns, dry_run=args.dry_run, **options
-            )
+            result = client.submit(cell, namespace=self._user_ns(), dry_run=args.dry_run, **options)
         except AlchemistError as e:
             raise UsageError(str(e)) from None
         if args.dry_run:
@@ -133,11 +131,16 @@ class AlchemistMagics(Magics):
         status = self._watch(job, args.max_output_lines, use_widget=not args.no_widget)
         if status.state == JobState.SUCCEEDED and outputs:
             values = job.outputs()
-            self.shell.user_ns.update(values)
+            self._user_ns().update(values)
             print(f"copied back from rank 0: {', '.join(values)}")
         if status.state == JobState.FAILED:
             raise UsageError(status_line(job, status) + f" (full logs: %alchemist_logs {job.id})")
         return None
+
+    def _user_ns(self) -> dict[str, Any]:
+        assert self.shell is not None  # magics are only called from a shell
+        ns: dict[str, Any] = self.shell.user_ns
+        return ns
 
     def _watch(self, job: client.Job, max_lines: int, use_widget: bool = True) -> Any:
         """Show the job until it ends; Ctrl-C (interrupt) cancels it and says so."""
@@ -146,10 +149,7 @@ class AlchemistMagics(Magics):
             monitor = _make_monitor(job)
         follower = LogFollower(job, print, max_lines=max_lines)
         try:
-            if monitor is not None:
-                status = monitor.follow()
-            else:
-                status = follower.follow()
+            status = monitor.follow() if monitor is not None else follower.follow()
         except KeyboardInterrupt:
             job.cancel()
             print(f"interrupted: job {job.id} cancelled", file=sys.stderr)

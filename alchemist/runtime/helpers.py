@@ -43,20 +43,12 @@ def distribute(
     model = model.to(ctx.device)
     name = algorithm or ctx.algorithm
     merged = {**(ctx.spec.get("algorithm_options") or {}), **options}
-    if ctx.world_size == 1 or not _dist_ready():
+    if ctx.world_size == 1:
         return model, optimizer
-    try:
-        from alchemist.runtime import algorithms
-    except ImportError:
-        algorithms = None  # type: ignore[assignment]
-    if algorithms is not None and hasattr(algorithms, "get"):
-        return algorithms.get(name).wrap(model, optimizer, ctx, **merged)  # type: ignore[no-any-return]
-    if name != "sync":  # pragma: no cover - the algorithms package ships with alchemist
-        raise ValueError(f"algorithm {name!r} is not available in this installation")
-    from torch.nn.parallel import DistributedDataParallel
+    from alchemist.runtime import algorithms
 
-    ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-    return DistributedDataParallel(model, device_ids=ids), optimizer
+    result: tuple[Any, Any] = algorithms.get(name).wrap(model, optimizer, ctx, **merged)
+    return result
 
 
 def per_worker_batch(global_batch: int | None = None) -> int | None:
@@ -89,7 +81,7 @@ def shard(
     ctx = context()
     if batch_size is None:
         batch_size = per_worker_batch() or 32
-    sampler = DistributedSampler(
+    sampler: DistributedSampler[Any] = DistributedSampler(
         dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=shuffle, seed=seed
     )
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, **loader_kwargs)
@@ -177,7 +169,10 @@ def restore(map_location: Any = None) -> dict[str, Any] | None:
     if chosen[0] is None:
         return None
     loc = map_location if map_location is not None else context().device
-    return torch.load(_checkpoint_dir() / chosen[0], map_location=loc, weights_only=False)  # type: ignore[no-any-return]
+    ckpt: dict[str, Any] = torch.load(
+        _checkpoint_dir() / chosen[0], map_location=loc, weights_only=False
+    )
+    return ckpt
 
 
 def restart_count() -> int:

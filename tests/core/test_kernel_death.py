@@ -17,7 +17,9 @@ for step in range(12):
 """
 
 
-def test_killed_kernel_leaves_the_job_running_and_attach_shows_everything(alchemist_home: Path) -> None:
+def test_killed_kernel_leaves_the_job_running_and_attach_shows_everything(
+    alchemist_home: Path,
+) -> None:
     from jupyter_client.manager import start_new_kernel
 
     # The kernel inherits ALCHEMIST_HOME from this process (set by the fixture).
@@ -45,4 +47,6 @@ def test_killed_kernel_leaves_the_job_running_and_attach_shows_everything(alchem
         lines = job.logs(rank=rank).splitlines()
         assert [ln for ln in lines if ln.startswith("step ")] == [f"step {i}" for i in range(12)]
     events = job.metrics()
-    assert sorted((e["rank"], e["step"]) for e in events) == [(r, s) for r in (0, 1) for s in range(12)]
+    assert sorted((e["rank"], e["step"]) for e in events) == [
+        (r, s) for r in (0, 1) for s in range(12)
+    ]

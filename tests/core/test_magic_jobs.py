@@ -160,7 +160,8 @@ def test_crashed_worker_restarts_and_resumes_from_its_checkpoint(
 
 def test_failure_without_restarts_reports_the_cause(ip: Any) -> None:
     with pytest.raises(
-        UsageError, match=r"failed after [0-9.]+ s: rank 1 failed: ZeroDivisionError: division by zero"
+        UsageError,
+        match=r"failed after [0-9.]+ s: rank 1 failed: ZeroDivisionError: division by zero",
     ):
         ip.run_cell_magic(
             "alchemist_distributed",

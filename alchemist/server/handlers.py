@@ -381,7 +381,10 @@ def _check_submit_body(data: dict[str, Any], root_dir: Path) -> tuple[Path, dict
         raise RouteError(400, f"path {raw_path!r} is not a .py script or .ipynb notebook", "path")
     if not full.is_file():
         raise RouteError(400, f"path {raw_path!r} does not exist under the server's root", "path")
-    options = {k: v for k, v in data.items() if k != "path" and v is not None}
+    # An empty name means "not given": the job is named after the file.
+    options = {
+        k: v for k, v in data.items() if k != "path" and v is not None and (k, v) != ("name", "")
+    }
     return full, options
 
 

@@ -324,6 +324,9 @@ async def test_dryrun_preview_shows_the_command_and_submits_nothing(
         body={"path": "/sub/train.py", "workers": 3, "name": "preview", "env": {"SEED": "7"}},
     )
     assert code == 200, body
+    code, unnamed = await api("POST", "jobs", "dryrun", body={"path": "sub/train.py", "name": ""})
+    assert unnamed["spec"]["name"] == "train"
+    assert code == 200, body
     assert "nothing was submitted" in body["text"]
     assert "world size 3" in body["text"]
     assert body["spec"]["name"] == "preview"

@@ -85,6 +85,8 @@ export interface ILogChunk {
 export interface IMetricsChunk {
   events: IMetricEvent[];
   cursor: number;
+  /** More events were already waiting beyond this page. */
+  more: boolean;
 }
 
 export const api = {

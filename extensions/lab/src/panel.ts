@@ -319,12 +319,26 @@ export class AlchemistPanel extends Widget {
       this._listMessage.node,
       this._list
     );
-    // Elapsed times of running jobs tick between polls.
+    // Elapsed times of running jobs tick between polls (text only: rows keep focus).
     this._clock = window.setInterval(() => {
       if (this.isVisible) {
-        this._renderJobs();
+        this._tickElapsed();
       }
     }, 1000);
+  }
+
+  private _tickElapsed(): void {
+    const now = Date.now() / 1000;
+    for (const job of this._jobs) {
+      if (isTerminal(job.state)) {
+        continue;
+      }
+      const row = this._list.querySelector(`[data-job-id="${CSS.escape(job.id)}"]`);
+      const cell = row?.querySelector('.jp-Alchemist-elapsed');
+      if (cell) {
+        cell.textContent = formatElapsed(elapsedSeconds(job, now));
+      }
+    }
   }
 
   private _renderJobs(): void {
@@ -417,10 +431,14 @@ export class JobView extends Widget {
       const job = await api.getJob(this.jobId);
       this._job = job;
       this._renderHeader(job);
-      const chunk = await api.metrics(this.jobId, this._metricsCursor);
-      this._metricsCursor = chunk.cursor;
-      if (chunk.events.length) {
+      // Read the waiting metric events, a bounded page at a time (a few pages a poll).
+      for (let page = 0; page < 4; page++) {
+        const chunk = await api.metrics(this.jobId, this._metricsCursor);
+        this._metricsCursor = chunk.cursor;
         this._series.add(chunk.events);
+        if (!chunk.more) {
+          break;
+        }
       }
       if (this._series.metricNames().length) {
         this._noCurves.remove();

@@ -22,9 +22,9 @@ from tests.hub.hubproc import (
 )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def hub() -> Iterator[RunningHub]:
-    """One embedded hub per test module (starting one takes ~3 s, a user server ~10 s)."""
+    """One embedded hub for the browser and isolation tests (each user has a server)."""
     if not PROXY.exists():
         pytest.fail("configurable-http-proxy is missing: run bash scripts/setup.d/10-hub.sh")
     tmp = Path(tempfile.mkdtemp(prefix="alchemist-hub-test-"))
@@ -48,7 +48,7 @@ def hub() -> Iterator[RunningHub]:
             pytest.fail(f"the hub left {len(left)} process(es) behind: {left}")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def chromium() -> Iterator[object]:
     """Headless system Chromium driven by Playwright."""
     if not CHROMIUM.exists():

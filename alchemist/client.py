@@ -178,10 +178,17 @@ class Job:
 
     def metrics(self, since: int = 0) -> list[dict[str, Any]]:
         """Every metric event (``{job_id, rank, step, time, values}``) from cursor ``since``."""
+        return self.metrics_chunk(since)[0]
+
+    def metrics_chunk(
+        self, since: int = 0, max_bytes: int | None = None
+    ) -> tuple[list[dict[str, Any]], int]:
+        """Metric events from byte cursor ``since`` (about ``max_bytes`` at most) and the
+        cursor to read from next, for callers that page through a long history."""
         from alchemist.metrics.reader import MetricsReader
 
-        events, _ = MetricsReader(self.job_dir.metrics).read(since)
-        return list(events)
+        events, cursor = MetricsReader(self.job_dir.metrics).read(since, max_bytes)
+        return list(events), cursor
 
     def metrics_frame(self) -> Any:
         """The metric events as a pandas DataFrame (needs pandas)."""

@@ -62,7 +62,14 @@ def async_worker(ctx: RankCtx, data: Path) -> dict[str, Any]:
     }
     opt.finish()
     # 3. Both ranks train the digits classifier asynchronously.
-    result["digits"] = train_digits(ctx, "async", data, lr=0.05)
+    result["digits"] = train_digits(ctx, "async", data, lr=0.05, log_every=5)
+    from alchemist.metrics.reporter import get_reporter  # in memory: no job directory here
+
+    result["logged"] = [
+        e["values"]["async_staleness"]
+        for e in get_reporter().events()
+        if "async_staleness" in e["values"]
+    ]
     return result
 
 
@@ -82,6 +89,10 @@ def test_async_one_worker_is_plain_sgd_staleness_and_digits(
     assert values[0]["max_staleness"] == STEPS  # its first push came after rank 1's 5
     assert values[1]["staleness"] == 3
     assert values[0]["digits"]["accuracy"] >= 0.90, values[0]["digits"]
+    for value in values:  # the staleness metric went through alchemist.log every 5 steps
+        digits = value["digits"]
+        assert len(value["logged"]) == digits["steps"] // 5
+        assert all(0 <= s <= digits["max_staleness"] for s in value["logged"])
 
 
 # -- a crashing worker -------------------------------------------------------------------

@@ -152,3 +152,20 @@ def test_async_crashed_worker_does_not_corrupt_the_others(tmp_path: Path) -> Non
     expected = torch.ones(2, 3) - LR * sum(n * coefficients(r) for r, n in FULL_STEPS.items())
     assert torch.isfinite(final["w"]).all()
     torch.testing.assert_close(final["w"], expected, atol=1e-5, rtol=1e-5)
+
+
+def mismatch_worker(ctx: RankCtx) -> None:
+    model = torch.nn.Linear(5, 3 if ctx.rank == 0 else 4)
+    algorithms.get("async").wrap(
+        model, torch.optim.SGD(model.parameters(), lr=0.1), ctx, finish_timeout=60
+    )
+
+
+def test_async_different_models_fail_with_one_clear_line(tmp_path: Path) -> None:
+    """A rank whose model differs from the server's is refused at wrap time, naming why;
+    the server rank still finishes."""
+    results = run_ranks(mismatch_worker, 2, tmp_path)
+    ok(results, ranks=[0])
+    assert results[1].exitcode != 0
+    assert "rank 1 has 24 parameter elements, the server rank 18" in (results[1].error or "")
+    assert "every rank must wrap the same model and optimizer" in (results[1].error or "")

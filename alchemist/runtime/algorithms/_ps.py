@@ -73,6 +73,9 @@ class ParameterServer:
     sent ``done`` or its connection broke; :meth:`wait_finished` waits for all of them.
     """
 
+    #: Number of parameter elements served; subclasses set it before ``__init__``.
+    numel: int = -1
+
     def __init__(self, world_size: int, host: str) -> None:
         self.world_size = world_size
         self.authkey = secrets.token_bytes(32)
@@ -99,12 +102,13 @@ class ParameterServer:
         while not self._closed:
             try:
                 conn = self.listener.accept()
-            except (OSError, EOFError, AlchemistError):
+            except OSError:
                 if self._closed:
                     return
-                continue  # a client that failed the handshake (or died in it)
-            except Exception:  # multiprocessing.AuthenticationError and friends
+                time.sleep(0.01)  # e.g. out of file descriptors: do not spin
                 continue
+            except Exception:
+                continue  # a client that failed the HMAC handshake, or died in it
             no_delay(conn)
             t = threading.Thread(target=self._serve, args=(conn,), name="alchemist-ps", daemon=True)
             t.start()
@@ -119,6 +123,16 @@ class ParameterServer:
                 op = header.get("op")
                 if op == "hello":
                     rank = int(header["rank"])
+                    if header.get("numel") != self.numel:
+                        conn.send_bytes(
+                            encode(
+                                {
+                                    "error": f"rank {rank} has {header.get('numel')} parameter"
+                                    f" elements, the server rank {self.numel}"
+                                }
+                            )
+                        )
+                        continue
                     conn.send_bytes(encode({"ok": True}))
                     continue
                 if op == "done":
@@ -128,8 +142,11 @@ class ParameterServer:
                         self._finished.notify_all()
                     conn.send_bytes(encode({"ok": True}))
                     continue
-                with self.lock:
-                    reply = self.handle(header, payload)
+                try:
+                    with self.lock:
+                        reply = self.handle(header, payload)
+                except Exception as e:  # a bad request must not kill the server
+                    reply = encode({"error": f"{type(e).__name__}: {e}"})
                 conn.send_bytes(reply)
         except (EOFError, OSError):
             with self._finished:
@@ -167,7 +184,9 @@ class ParameterServer:
 class ServerConnection:
     """A worker's connection to the server: one request, one reply, with a deadline."""
 
-    def __init__(self, address: tuple[str, int], authkey: bytes, rank: int, timeout: float) -> None:
+    def __init__(
+        self, address: tuple[str, int], authkey: bytes, rank: int, numel: int, timeout: float
+    ) -> None:
         self.timeout = timeout
         self.rank = rank
         try:
@@ -178,7 +197,7 @@ class ServerConnection:
                 " check that the server rank is alive and its port is reachable"
             ) from e
         no_delay(self.conn)
-        self.request({"op": "hello", "rank": rank})
+        self.request({"op": "hello", "rank": rank, "numel": numel})
 
     def request(
         self, header: dict[str, Any], payload: torch.Tensor | None = None
@@ -186,7 +205,8 @@ class ServerConnection:
         """Send a request and return the server's reply.
 
         Raises:
-            AlchemistError: the server is gone or did not answer within ``timeout`` s.
+            AlchemistError: the server is gone, did not answer within ``timeout`` s, or
+                refused the request (e.g. a gradient of the wrong size).
         """
         try:
             self.conn.send_bytes(encode(header, payload))
@@ -195,12 +215,18 @@ class ServerConnection:
                     f"the parameter server did not answer within {self.timeout:.0f} s;"
                     " raise the algorithm option request_timeout if the model is very large"
                 )
-            return decode(self.conn.recv_bytes())
+            reply, reply_payload = decode(self.conn.recv_bytes())
         except (EOFError, OSError) as e:
             raise AlchemistError(
                 "the parameter server (on the server rank) is gone, so training cannot go on;"
                 " see that rank's log for why it stopped"
             ) from e
+        if "error" in reply:
+            raise AlchemistError(
+                f"the parameter server refused a {header.get('op', 'request')}: {reply['error']};"
+                " every rank must wrap the same model and optimizer"
+            )
+        return reply, reply_payload
 
     def close(self) -> None:
         self.conn.close()
@@ -219,7 +245,7 @@ def advertised_host() -> tuple[str, str]:
 
 
 def start(
-    server_factory: Any, ctx: Any, server_rank: int, timeout: float
+    server_factory: Any, ctx: Any, server_rank: int, numel: int, timeout: float
 ) -> tuple[Any, ServerConnection]:
     """Start the server on ``server_rank`` and connect this rank to it.
 
@@ -236,4 +262,4 @@ def start(
         info = [(host, server.port, server.authkey)]
     dist.broadcast_object_list(info, src=server_rank)
     host, port, authkey = info[0]
-    return server, ServerConnection((host, port), authkey, ctx.rank, timeout)
+    return server, ServerConnection((host, port), authkey, ctx.rank, numel, timeout)

@@ -101,6 +101,7 @@ class AsyncServer(_ps.ParameterServer):
             for p in params_of(optimizer)
         ]
         self.optimizer = clone_optimizer(optimizer, self.params)
+        self.numel = sum(p.numel() for p in self.params)
         super().__init__(world_size, host)
 
     def handle(self, header: dict[str, Any], payload: torch.Tensor) -> bytes:
@@ -149,6 +150,7 @@ class AsyncOptimizer(WrappedOptimizer):
             lambda host: AsyncServer(ctx.world_size, host, inner),
             ctx,
             SERVER_RANK,
+            sum(p.numel() for p in params_of(inner)),
             request_timeout,
         )
         self.steps = 0

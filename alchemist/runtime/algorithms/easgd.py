@@ -57,6 +57,7 @@ class ElasticServer(_ps.ParameterServer):
     ) -> None:
         self.centre_vec = centre.clone()
         self.moving_rate = moving_rate
+        self.numel = centre.numel()
         super().__init__(world_size, host)
 
     def handle(self, header: dict[str, Any], payload: torch.Tensor) -> bytes:
@@ -99,6 +100,7 @@ class EASGDOptimizer(WrappedOptimizer):
             lambda host: ElasticServer(ctx.world_size, host, flat(params), moving_rate),
             ctx,
             SERVER_RANK,
+            sum(p.numel() for p in params),
             request_timeout,
         )
         self.steps = 0

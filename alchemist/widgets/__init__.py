@@ -1,7 +1,7 @@
 """Notebook widgets: the live job monitor (:class:`JobMonitor`).
 
-Importing this package needs ipywidgets and plotly (``anywidget`` for plotly ≥ 6 to
-render); the magics fall back to plain text output when the import fails.
+Showing the widget needs ipywidgets and bqplot; without them the monitor still shows
+as HTML or text, and the magics fall back to plain text output.
 """
 
 from __future__ import annotations

@@ -5,21 +5,25 @@ Entry points (what the magics and users call):
 - ``JobMonitor(job).display()`` shows the monitor in the cell and keeps it updating on
   a background thread while the kernel is free (reattaching, ``alchemist.attach``).
 - ``JobMonitor(job).follow(timeout=None) -> JobStatus`` blocks the cell until the job
-  ends, updating the monitor from the cell itself; it returns the final status. The
-  Cancel and TensorBoard buttons keep working while it blocks when ``jupyter-ui-poll``
-  is installed (it lets the kernel handle widget events); without it, interrupt the
-  kernel (the magic then cancels the job).
+  ends, updating the monitor from the cell itself; it returns the final status. While
+  it blocks, the kernel handles no widget events, so the buttons answer only once the
+  cell is done: interrupt the kernel to stop (the magic then cancels the job).
+  (``jupyter-ui-poll``, the usual workaround, was tried: with ipykernel 7.4 the clicks
+  still waited for the cell, seen in the browser test.)
 - ``JobMonitor(job).update()`` reads what is new once (tests, custom loops).
 - Where widgets cannot render (nbconvert, a terminal IPython) the monitor displays as
   HTML (``_repr_html_``: header, per-metric summaries with inline SVG curves, progress,
   system metrics, log tail) or plain text (``repr``).
 
-Charting library: plotly's ``FigureWidget``. It is already an Alchemist dependency,
-it is actively maintained, it renders in JupyterLab 4 and Notebook 7 with no lab
-extension of its own (plotly ≥ 6 builds it on ``anywidget``, which must be
-installed), and the same figures render as static HTML. Updates are incremental: every
-``interval`` seconds (about 7 per second by default) only the traces that gained points are
-re-sent, each as its downsampled view (:mod:`alchemist.widgets.downsample`: at most
+Charting library: bqplot (the ipywidgets-native plotting library, maintained by the
+bqplot organisation; its front end ships once as a JupyterLab extension). plotly's
+``FigureWidget`` was tried first and rejected: since plotly 6 it is an ``anywidget``
+whose ~5 MB JavaScript bundle travels in every figure's ``comm_open``, and JupyterLab
+handles kernel messages one after the other, so the whole monitor froze for seconds
+in a real browser until that bundle was loaded (seen in the browser test). bqplot
+sends numpy arrays as binary buffers. Updates are incremental: every ``interval``
+seconds (about 7 per second by default) only the curves that gained points are re-sent,
+each as its downsampled view (:mod:`alchemist.widgets.downsample`: at most
 ``max_points`` points keeping first/last/extremes), never one message per point, while
 every point stays in memory and in the job's ``metrics.jsonl``.
 
@@ -498,6 +502,7 @@ class JobMonitor:
         self._lock = threading.RLock()
         self._widget: Any = None
         self._figures: dict[str, Any] = {}
+        self._marks: dict[str, dict[int, Any]] = {}
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.tensorboard_url: str | None = None
@@ -519,7 +524,7 @@ class JobMonitor:
                 self.updates += 1
             return bool(changes)
 
-    def display(self, live: bool = True) -> JobMonitor:
+    def display(self, live: bool = True) -> None:
         """Show the monitor in the current cell; with ``live``, keep it updating.
 
         Updating continues on a background thread until the job ends and everything it
@@ -530,7 +535,6 @@ class JobMonitor:
         display(self)
         if live and not self.data.finished_reading and _in_kernel():
             self._start_thread()
-        return self
 
     def follow(self, timeout: float | None = None) -> JobStatus:
         """Update the monitor from this thread until the job ends (or ``timeout`` s).
@@ -540,17 +544,13 @@ class JobMonitor:
         """
         self.stop()
         deadline = None if timeout is None else time.monotonic() + timeout
-        poll_ui = _ui_poller()
-        try:
-            while True:
-                self.update()
-                if self.data.finished_reading:
-                    break
-                if deadline is not None and time.monotonic() >= deadline:
-                    break
-                poll_ui(self.interval)
-        finally:
-            poll_ui.close()
+        while True:
+            self.update()
+            if self.data.finished_reading:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            time.sleep(self.interval)
         return self.data.status
 
     def stop(self) -> None:
@@ -600,7 +600,10 @@ class JobMonitor:
             return self._widget
 
     def _build(self) -> None:
+        import bqplot  # imported now, while the job starts, not at the first curve
         import ipywidgets as w
+
+        self._bq = bqplot
 
         d = self.data
         self._header = w.HTML(header_html(d))
@@ -661,29 +664,45 @@ class JobMonitor:
         self._render_logs()
 
     def _add_chart(self, name: str) -> None:
-        import plotly.graph_objects as go
+        import ipywidgets as w
 
-        fig = go.FigureWidget()
-        fig.update_layout(
-            title={"text": name, "font": {"size": 13}},
-            height=260,
-            width=420,
-            margin={"l": 50, "r": 10, "t": 35, "b": 35},
-            xaxis_title="step",
-            showlegend=len(self.ranks) > 1,
+        bq = self._bq
+        xs, ys = bq.LinearScale(), bq.LinearScale()
+        fig = bq.Figure(
+            title=name,
+            axes=[
+                bq.Axis(scale=xs, label="step", num_ticks=5),
+                bq.Axis(scale=ys, orientation="vertical", tick_format=".3g", num_ticks=5),
+            ],
+            fig_margin={"top": 40, "bottom": 40, "left": 60, "right": 10},
+            layout=w.Layout(width="420px", height="260px"),
+            animation_duration=0,
         )
+        fig.add_class("alchemist-chart")
+        fig.add_class(f"alchemist-chart-{_css_name(name)}")
+        fig._alchemist_scales = (xs, ys)
         self._figures[name] = fig
         self._reset_traces(name, fig)
         self._charts.children = (*self._charts.children, fig)
 
     def _reset_traces(self, name: str, fig: Any) -> None:
-        with fig.batch_update():
-            fig.data = []
-            for rank in self.ranks:
-                s = self.data.series.get((name, rank))
-                x, y = s.view() if s is not None else ([], [])
-                fig.add_scatter(x=x, y=y, mode="lines", name=f"rank {rank}", meta=[rank])
-            fig.layout.showlegend = len(self.ranks) > 1
+        """One line mark per shown rank (rank selection rebuilds them; points do not)."""
+        bq = self._bq
+        xs, ys = fig._alchemist_scales
+        marks = {}
+        for rank in self.ranks:
+            s = self.data.series.get((name, rank))
+            x, y = s.view() if s is not None else ([], [])
+            marks[rank] = bq.Lines(
+                x=x,
+                y=y,
+                scales={"x": xs, "y": ys},
+                colors=[_RANK_COLOURS[rank % len(_RANK_COLOURS)]],
+                labels=[f"rank {rank}"],
+                display_legend=len(self.ranks) > 1,
+            )
+        self._marks[name] = marks
+        fig.marks = list(marks.values())
 
     def _render(self, changes: Changes) -> None:
         d = self.data
@@ -700,12 +719,11 @@ class JobMonitor:
             fig = self._figures.get(name)
             if fig is None or name in changes.new_metrics:
                 continue
-            with fig.batch_update():
-                for trace in fig.data:
-                    rank = trace.meta[0]
-                    if rank in ranks:
-                        x, y = d.series[(name, rank)].view()
-                        trace.x, trace.y = x, y
+            for rank, mark in self._marks.get(name, {}).items():
+                if rank in ranks:
+                    x, y = d.series[(name, rank)].view()
+                    with mark.hold_sync():  # one message per curve and update
+                        mark.x, mark.y = x, y
         if changes.progress:
             self._progress.value = progress_html(d)
         if changes.system:
@@ -747,7 +765,7 @@ class JobMonitor:
             widget_bundle = self.widget._repr_mimebundle_()
             if widget_bundle:
                 bundle.update(widget_bundle)
-        except Exception:  # no ipywidgets or plotly: the static views still work
+        except Exception:  # no ipywidgets or bqplot: the static views still work
             pass
         bundle["text/plain"] = repr(self)
         bundle["text/html"] = self._repr_html_()
@@ -762,6 +780,13 @@ class JobMonitor:
             return summary_text(self.data)
 
 
+_RANK_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+
+
+def _css_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
+
+
 def _in_kernel() -> bool:
     try:
         from IPython import get_ipython
@@ -770,43 +795,3 @@ def _in_kernel() -> bool:
     except ImportError:  # pragma: no cover
         return False
     return shell is not None and getattr(shell, "kernel", None) is not None
-
-
-class _Sleeper:
-    """Waits between updates; with jupyter-ui-poll, handles widget events meanwhile."""
-
-    def __init__(self) -> None:
-        self._ctx: Any = None
-        self._poll: Callable[[int], Any] | None = None
-
-    def __call__(self, seconds: float) -> None:
-        if self._poll is None:
-            time.sleep(seconds)
-            return
-        end = time.monotonic() + seconds
-        while True:
-            self._poll(10)
-            left = end - time.monotonic()
-            if left <= 0:
-                return
-            time.sleep(min(0.05, left))
-
-    def close(self) -> None:
-        if self._ctx is not None:
-            ctx, self._ctx = self._ctx, None
-            ctx.__exit__(None, None, None)
-
-
-def _ui_poller() -> _Sleeper:
-    sleeper = _Sleeper()
-    if not _in_kernel():
-        return sleeper
-    try:
-        from jupyter_ui_poll import ui_events
-
-        ctx = ui_events()
-        sleeper._poll = ctx.__enter__()
-        sleeper._ctx = ctx
-    except Exception:  # not installed, or a kernel it does not support: plain sleeps
-        sleeper._poll = None
-    return sleeper

@@ -72,13 +72,13 @@ def test_monitor_rebuilds_a_finished_jobs_history(ip: Any, finished_job: Any) ->
     # One chart per metric, rank 0 by default, the points equal the events.
     figs = m._figures
     assert set(figs) == {"loss", "acc"}
-    (trace,) = figs["loss"].data
-    assert list(trace.x) == list(range(40))
-    assert list(trace.y) == pytest.approx([1.0 / (s + 1) for s in range(40)])
+    (line,) = figs["loss"].marks
+    assert list(line.x) == list(range(40))
+    assert list(line.y) == pytest.approx([1.0 / (s + 1) for s in range(40)])
     # Other ranks on demand (the rank selector calls set_ranks).
     m._rank_select.value = (0, 1)
-    assert [t.name for t in figs["loss"].data] == ["rank 0", "rank 1"]
-    assert list(figs["loss"].data[1].y) == pytest.approx([1.0 / (s + 1) + 1 for s in range(40)])
+    assert [mk.labels for mk in figs["loss"].marks] == [["rank 0"], ["rank 1"]]
+    assert list(figs["loss"].marks[1].y) == pytest.approx([1.0 / (s + 1) + 1 for s in range(40)])
 
     # Header, progress with total_steps and throughput, system metrics, log tail.
     assert 'data-state="succeeded"' in m._header.value
@@ -119,7 +119,7 @@ def test_monitor_gains_points_while_a_job_logs(ip: Any, writer_job: Any) -> None
             fig = fig or m._figures["loss"]
             assert m._figures["loss"] is fig, "the chart is updated, never rebuilt"
             seen.append(m.data.points("loss"))
-            assert len(fig.data[0].x) <= 62  # downsampled for display
+            assert len(fig.marks[0].x) <= 62  # downsampled for display
         if m.status.state.is_terminal and m.data.finished_reading:
             break
         time.sleep(0.25)
@@ -128,7 +128,7 @@ def test_monitor_gains_points_while_a_job_logs(ip: Any, writer_job: Any) -> None
     growing = sorted(set(seen))
     assert len(growing) >= 3 and growing[0] < 150, f"saw no growth while running: {growing}"
     assert m.data.points("loss") == 150, "every point is kept"
-    x = list(fig.data[0].x)
+    x = list(fig.marks[0].x)
     assert x[0] == 0 and x[-1] == 149
     assert m.updates < 150 / 2, "updates are batched, not one per point"
     assert "writer done" in m._log.value

@@ -162,10 +162,12 @@ def mismatch_worker(ctx: RankCtx) -> None:
 
 
 def test_async_different_models_fail_with_one_clear_line(tmp_path: Path) -> None:
-    """A rank whose model differs from the server's is refused at wrap time, naming why;
-    the server rank still finishes."""
+    """A rank whose model differs from the server's is refused at wrap time; every rank
+    stops with one line naming the rank and why (none is left hanging in a collective)."""
     results = run_ranks(mismatch_worker, 2, tmp_path)
-    ok(results, ranks=[0])
-    assert results[1].exitcode != 0
-    assert "rank 1 has 24 parameter elements, the server rank 18" in (results[1].error or "")
+    reason = "rank 1 has 24 parameter elements, the server rank 18"
+    for r in results:
+        assert r.exitcode != 0
+        assert reason in (r.error or "")
     assert "every rank must wrap the same model and optimizer" in (results[1].error or "")
+    assert "rank 1 could not join the parameter server" in (results[0].error or "")

@@ -251,6 +251,10 @@ def start(
 
     Collective: every rank must call it (it broadcasts the address over the job's
     process group). Returns ``(server or None, connection)``.
+
+    Raises:
+        AlchemistError: on every rank, when any rank cannot join (unreachable server,
+            a model of another size); the message names the rank and the reason.
     """
     import torch.distributed as dist
 
@@ -262,4 +266,23 @@ def start(
         info = [(host, server.port, server.authkey)]
     dist.broadcast_object_list(info, src=server_rank)
     host, port, authkey = info[0]
-    return server, ServerConnection((host, port), authkey, ctx.rank, numel, timeout)
+    conn, error = None, None
+    try:
+        conn = ServerConnection((host, port), authkey, ctx.rank, numel, timeout)
+    except AlchemistError as e:
+        error = str(e)
+    # Fail together: a rank left waiting for a refused one would hang in a collective.
+    errors: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(errors, error)
+    failed = [(r, e) for r, e in enumerate(errors) if e]
+    if failed:
+        if conn is not None:
+            conn.close()
+        if server is not None:
+            server.close()
+        rank, message = next(((r, e) for r, e in failed if r == ctx.rank), failed[0])
+        if rank != ctx.rank:
+            message = f"rank {rank} could not join the parameter server: {message}"
+        raise AlchemistError(message)
+    assert conn is not None
+    return server, conn

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from alchemist.runtime.algorithms import ALGORITHM_DEFAULTS, _ps
 from alchemist.runtime.algorithms._base import (
@@ -160,6 +161,8 @@ class AsyncOptimizer(WrappedOptimizer):
         self._window: list[int] = []
         self._finished = False
         self.pull()
+        # Everyone starts from rank 0's initial parameters: no push before every pull.
+        dist.barrier()
 
     @property
     def mean_staleness(self) -> float:

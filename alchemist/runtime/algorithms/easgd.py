@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from alchemist.runtime.algorithms import ALGORITHM_DEFAULTS, _ps
 from alchemist.runtime.algorithms._base import (
@@ -106,9 +107,11 @@ class EASGDOptimizer(WrappedOptimizer):
         self.steps = 0
         self.exchanges = 0
         self._finished = False
-        # Every worker starts from the centre (rank 0's initial parameters).
+        # Every worker starts from the centre (rank 0's initial parameters); the barrier
+        # keeps a fast rank from exchanging before a slow one has pulled the start.
         _, centre = self.conn.request({"op": "pull"})
         unflat_into(centre, self._params())
+        dist.barrier()
 
     def _params(self) -> list[torch.Tensor]:
         return [p for g in self.param_groups for p in g["params"]]

@@ -168,6 +168,11 @@ def main(argv: list[str]) -> int:
             sys.path.insert(0, cwd)
         code = compile(source, "<cell>" if manifest["entry"] == "cell" else "<script>", "exec")
         exec(code, ns)
+        # Close what the algorithms keep open (a last BMUF block, the async/EASGD
+        # servers) so that rank 0's outputs are the final parameters.
+        from alchemist.runtime import algorithms
+
+        algorithms.finish_all()
         if rank == 0 and spec.get("outputs"):
             _save_outputs(job_dir, list(spec["outputs"]), ns)
         status = 0

@@ -50,3 +50,37 @@ def test_killed_kernel_leaves_the_job_running_and_attach_shows_everything(
     assert sorted((e["rank"], e["step"]) for e in events) == [
         (r, s) for r in (0, 1) for s in range(12)
     ]
+
+
+def test_interrupting_the_cell_cancels_its_job_and_says_so(alchemist_home: Path) -> None:
+    from jupyter_client.manager import start_new_kernel
+
+    from tests.conftest import processes_under
+
+    km, kc = start_new_kernel(kernel_name="python3")
+    try:
+        kc.execute_interactive("%load_ext alchemist", timeout=60)
+        msg_id = kc.execute(
+            "%%alchemist_distributed -n 2 --no-widget\nimport time\nprint('up', flush=True)\ntime.sleep(600)\n"
+        )
+        deadline = time.monotonic() + 120
+        while not alchemist.jobs() or alchemist.jobs()[0].logs().count("up") < 2:
+            assert time.monotonic() < deadline, "the job never started"
+            time.sleep(0.2)
+        km.interrupt_kernel()  # what the notebook's stop button does
+        stderr = []
+        while True:
+            msg = kc.get_iopub_msg(timeout=60)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "stream" and msg["content"]["name"] == "stderr":
+                stderr.append(msg["content"]["text"])
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                break
+    finally:
+        km.shutdown_kernel(now=True)
+        kc.stop_channels()
+    job = alchemist.jobs()[0]
+    assert job.status().state == JobState.CANCELLED
+    assert f"interrupted: job {job.id} cancelled" in "".join(stderr)
+    assert processes_under(job.job_dir.root) == []

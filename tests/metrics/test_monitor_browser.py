@@ -225,7 +225,15 @@ def test_monitor_chart_grows_while_the_job_logs(lab: str, browser: Any) -> None:
 def test_cancel_button_stops_the_job(lab: str, browser: Any) -> None:
     page = open_and_run(browser, lab, "cancel.ipynb")
     monitor = wait_for_monitor(page, "cancel")
-    page.wait_for_function(f"() => ({POINTS_JS})() >= 3", timeout=120_000)
+    try:
+        page.wait_for_function(f"() => ({POINTS_JS})() >= 3", timeout=120_000)
+    except Exception:
+        OUTPUT.mkdir(exist_ok=True)
+        page.screenshot(path=str(OUTPUT / "monitor-cancel-no-points.png"), full_page=True)
+        outputs = page.locator(".jp-OutputArea").all_inner_texts()
+        pytest.fail(
+            f"the chart never showed 3 points; points: {page.evaluate(POINTS_JS)}; outputs: {outputs}"
+        )
     monitor.get_by_role("button", name="Cancel").click()
     monitor.locator(".alchemist-state[data-state='cancelled']").wait_for(timeout=60_000)
     OUTPUT.mkdir(exist_ok=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -71,6 +72,16 @@ class LogFollower:
                 self.drain()  # lines written just before the end
                 return status
             time.sleep(poll)
+
+    async def follow_async(self, poll: float = 0.25) -> JobStatus:
+        """:meth:`follow` for an awaiting cell (the kernel stays free between polls)."""
+        while True:
+            status = self.job.status()
+            self.drain()
+            if status.state.is_terminal:
+                self.drain()
+                return status
+            await asyncio.sleep(poll)
 
     def summary(self) -> str | None:
         if not self.cut:

@@ -12,6 +12,8 @@ an unknown job) is one ``UsageError`` line; nothing is submitted.
 
 from __future__ import annotations
 
+import asyncio
+import re
 import sys
 import time
 from typing import Any
@@ -23,7 +25,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from alchemist import client
 from alchemist.console import DEFAULT_MAX_LINES, LogFollower, status_line
 from alchemist.errors import AlchemistError
-from alchemist.spec import ALGORITHMS, JobState
+from alchemist.spec import ALGORITHMS, JobState, JobStatus
 
 
 def _parse_kv(items: list[str] | None, flag: str) -> dict[str, str]:
@@ -93,8 +95,25 @@ class AlchemistMagics(Magics):
     @cell_magic
     def alchemist_distributed(self, line: str, cell: str) -> Any:
         """Run this cell as a distributed training job."""
+        prepared = self._submit_cell(line, cell)
+        if not isinstance(prepared, tuple):
+            return prepared
+        job, args = prepared
+        status = self._watch(job, args.max_output_lines, use_widget=not args.no_widget)
+        return self._finish_cell(job, args, status)
+
+    async def alchemist_distributed_async(self, line: str, cell: str) -> Any:
+        """``%%alchemist_distributed`` for an awaiting cell (see :func:`run_async`)."""
+        prepared = self._submit_cell(line, cell)
+        if not isinstance(prepared, tuple):
+            return prepared
+        job, args = prepared
+        status = await self._watch_async(job, args.max_output_lines, not args.no_widget)
+        return self._finish_cell(job, args, status)
+
+    def _submit_cell(self, line: str, cell: str) -> Any:
+        """Submit the cell: ``(job, args)`` to watch, or what the magic returns at once."""
         args = parse_argstring(self.alchemist_distributed, line)
-        outputs = [o.strip() for o in args.outputs.split(",") if o.strip()]
         options = dict(
             workers=args.workers,
             gpus_per_worker=args.gpus_per_worker,
@@ -103,7 +122,7 @@ class AlchemistMagics(Magics):
             max_restarts=args.max_restarts,
             timeout=args.timeout,
             env=_parse_kv(args.env, "--env"),
-            outputs=outputs,
+            outputs=_outputs(args),
             algorithm=args.algorithm,
             algorithm_options={
                 k: _coerce(v)
@@ -128,7 +147,11 @@ class AlchemistMagics(Magics):
                 f" stop it with %alchemist_cancel {job.id}"
             )
             return job
-        status = self._watch(job, args.max_output_lines, use_widget=not args.no_widget)
+        return job, args
+
+    def _finish_cell(self, job: client.Job, args: Any, status: JobStatus) -> None:
+        """Copy the outputs back after a success; a failure is one error line."""
+        outputs = _outputs(args)
         if status.state == JobState.SUCCEEDED and outputs:
             values = job.outputs()
             self._user_ns().update(values)
@@ -161,6 +184,33 @@ class AlchemistMagics(Magics):
             print(status_line(job, status))
         return status
 
+    async def _watch_async(self, job: client.Job, max_lines: int, use_widget: bool) -> Any:
+        """:meth:`_watch` for an awaiting cell: the kernel handles the monitor's buttons.
+
+        An interrupt reaches an awaiting cell as ``CancelledError`` at its next await.
+        """
+        monitor = None
+        if use_widget and _in_widget_frontend():
+            monitor = _make_monitor(job)
+        follower = LogFollower(job, print, max_lines=max_lines)
+        try:
+            if monitor is not None:
+                status = await monitor.follow_async()
+            else:
+                status = await follower.follow_async()
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            job.cancel()
+            if monitor is not None:
+                monitor.update()
+            print(f"interrupted: job {job.id} cancelled", file=sys.stderr)
+            return job.status()
+        if monitor is None:
+            summary = follower.summary()
+            if summary:
+                print(summary)
+            print(status_line(job, status))
+        return status
+
     # -- line magics ---------------------------------------------------------------------
     @magic_arguments()
     @argument("--state", default=None, help="only jobs in this state")
@@ -181,6 +231,13 @@ class AlchemistMagics(Magics):
         args = parse_argstring(self.alchemist_attach, line)
         job = self._attach(args.job_id)
         self._watch(job, DEFAULT_MAX_LINES, use_widget=not args.no_widget)
+        return job
+
+    async def alchemist_attach_async(self, line: str) -> Any:
+        """``%alchemist_attach`` for an awaiting cell (see :func:`run_async`)."""
+        args = parse_argstring(self.alchemist_attach, line)
+        job = self._attach(args.job_id)
+        await self._watch_async(job, DEFAULT_MAX_LINES, not args.no_widget)
         return job
 
     @magic_arguments()
@@ -274,5 +331,76 @@ def format_jobs_table(jobs: list[client.Job]) -> str:
     ).rstrip()
 
 
+def _outputs(args: Any) -> list[str]:
+    return [o.strip() for o in args.outputs.split(",") if o.strip()]
+
+
+# -- keeping the kernel responsive while a job runs ---------------------------------------
+#
+# A magic is a plain function call: while ``%%alchemist_distributed`` follows its job the
+# kernel's event loop is blocked, and the monitor's buttons (Cancel, TensorBoard) would
+# answer only after the cell. A cell that *awaits* leaves the loop free, and ipykernel
+# (7.4+) dispatches widget messages while an async cell waits. So in a Jupyter kernel a
+# post-input transformer rewrites a top-level ``%%alchemist_distributed`` cell, and a
+# top-level ``%alchemist_attach`` line, into an awaited call of the magic's async twin.
+# Everything else (flags, errors, outputs, the interrupt cancelling the job) is the same
+# code as the synchronous magic, which still runs wherever the rewrite does not apply
+# (a terminal IPython, an indented line, another event-loop runner).
+
+_CELL_MAGIC = re.compile(r"^get_ipython\(\)\.run_cell_magic\('alchemist_distributed', (.*)\)\n?$")
+_LINE_MAGIC = re.compile(
+    r"^(?P<lhs>[A-Za-z_][\w.]*\s*=\s*)?"
+    r"get_ipython\(\)\.run_line_magic\('alchemist_attach', (?P<arg>.*)\)(?P<end>\s*)$"
+)
+_RUN_ASYNC = "await __import__('alchemist.magics', fromlist=['run_async']).run_async"
+
+
+async def run_async(magic: str, line: str, cell: str | None = None) -> Any:
+    """Run an Alchemist magic as an awaiting cell (the rewritten cells call this)."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    magics = shell.magics_manager.registry["AlchemistMagics"]
+    line = shell.var_expand(line, 1)
+    if magic == "alchemist_distributed":
+        return await magics.alchemist_distributed_async(line, cell or "")
+    return await magics.alchemist_attach_async(line)
+
+
+def _awaiting_runner(shell: Any) -> bool:
+    """True where an awaiting cell runs on the kernel's own asyncio loop."""
+    try:
+        from IPython.core.async_helpers import _asyncio_runner
+    except ImportError:  # pragma: no cover
+        return False
+    return (
+        _in_widget_frontend()
+        and getattr(shell, "autoawait", False)
+        and getattr(shell, "loop_runner", None) is _asyncio_runner
+    )
+
+
+def await_alchemist_magics(lines: list[str]) -> list[str]:
+    """IPython post-input transformer: await the following magics (see above)."""
+    from IPython import get_ipython
+
+    if not _awaiting_runner(get_ipython()):
+        return lines
+    if len(lines) == 1 and (m := _CELL_MAGIC.match(lines[0])):
+        return [f"{_RUN_ASYNC}('alchemist_distributed', {m.group(1)})\n"]
+    out = []
+    for text in lines:
+        m = _LINE_MAGIC.match(text)
+        if m is None:
+            out.append(text)
+            continue
+        lhs = m.group("lhs") or ""
+        out.append(f"{lhs}{_RUN_ASYNC}('alchemist_attach', {m.group('arg')}){m.group('end')}")
+    return out
+
+
 def load_ipython_extension(ipython: Any) -> None:
     ipython.register_magics(AlchemistMagics)
+    transformers = ipython.input_transformers_post
+    if await_alchemist_magics not in transformers:
+        transformers.append(await_alchemist_magics)

@@ -4,12 +4,13 @@ Entry points (what the magics and users call):
 
 - ``JobMonitor(job).display()`` shows the monitor in the cell and keeps it updating on
   a background thread while the kernel is free (reattaching, ``alchemist.attach``).
-- ``JobMonitor(job).follow(timeout=None) -> JobStatus`` blocks the cell until the job
-  ends, updating the monitor from the cell itself; it returns the final status. While
-  it blocks, the kernel handles no widget events, so the buttons answer only once the
-  cell is done: interrupt the kernel to stop (the magic then cancels the job).
-  (``jupyter-ui-poll``, the usual workaround, was tried: with ipykernel 7.4 the clicks
-  still waited for the cell, seen in the browser test.)
+- ``await JobMonitor(job).follow_async(timeout=None) -> JobStatus`` keeps the cell
+  running until the job ends, updating the monitor from the cell itself, and returns
+  the final status. It awaits between updates, so the kernel's event loop is free and
+  ipykernel (7.4+) dispatches widget events meanwhile: the Cancel and TensorBoard
+  buttons work while the cell runs. The magics use it in a Jupyter kernel (see
+  :func:`alchemist.magics.run_async`). ``follow()`` is the blocking twin (a terminal,
+  a script): while it blocks the kernel handles no widget events.
 - ``JobMonitor(job).update()`` reads what is new once (tests, custom loops).
 - Where widgets cannot render (nbconvert, a terminal IPython) the monitor displays as
   HTML (``_repr_html_``: header, per-metric summaries with inline SVG curves, progress,
@@ -36,6 +37,7 @@ a kernel restart therefore rebuilds the whole history from the files.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import html
 import math
@@ -551,6 +553,25 @@ class JobMonitor:
             if deadline is not None and time.monotonic() >= deadline:
                 break
             time.sleep(self.interval)
+        return self.data.status
+
+    async def follow_async(self, timeout: float | None = None) -> JobStatus:
+        """:meth:`follow` for an awaiting cell: the kernel handles widget events meanwhile.
+
+        A synchronous :meth:`follow` holds the kernel's event loop until the job ends, so
+        the buttons would answer only after the cell. Awaited from a cell (the magics do
+        this in a Jupyter kernel), the loop stays free between updates and ipykernel
+        dispatches the Cancel and TensorBoard clicks while the cell runs.
+        """
+        self.stop()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self.update()
+            if self.data.finished_reading:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(self.interval)
         return self.data.status
 
     def stop(self) -> None:

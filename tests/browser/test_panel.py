@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.conftest import processes_under
 
@@ -310,7 +311,9 @@ def test_cancel_a_long_job_from_its_view(page: Any, lab: Lab) -> None:
     # the state filter shows it among the cancelled jobs only
     panel = page.locator("#alchemist-panel")
     panel.locator("select[name=state]").select_option("cancelled")
-    assert panel.locator(".jp-Alchemist-job").count() == 1
+    # the list re-renders when the filter's request returns: wait for it, do not sample
+    expect(panel.locator(".jp-Alchemist-job")).to_have_count(1)
+    expect(panel.locator(".jp-Alchemist-job .jp-Alchemist-state")).to_have_text("cancelled")
     panel.locator("select[name=state]").select_option("")
 
 
@@ -321,7 +324,7 @@ def test_insert_attach_cell_into_the_notebook(page: Any, lab: Lab) -> None:
     view.get_by_role("button", name="Insert attach cell").click()
     cells = page.locator(".jp-Notebook .jp-Cell .cm-content")
     cells.filter(has_text=f"%alchemist_attach {job['id']}").wait_for()
-    assert cells.count() == 2
+    expect(cells).to_have_count(2)
 
 
 def test_command_palette_lists_the_panel_actions(page: Any) -> None:

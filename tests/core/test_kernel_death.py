@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 import alchemist
 from alchemist.spec import JobState
 
@@ -52,7 +54,8 @@ def test_killed_kernel_leaves_the_job_running_and_attach_shows_everything(
     ]
 
 
-def test_interrupting_the_cell_cancels_its_job_and_says_so(alchemist_home: Path) -> None:
+@pytest.mark.parametrize("view", ["--no-widget", ""], ids=["text", "monitor"])
+def test_interrupting_the_cell_cancels_its_job_and_says_so(alchemist_home: Path, view: str) -> None:
     from jupyter_client.manager import start_new_kernel
 
     from tests.conftest import processes_under
@@ -61,7 +64,7 @@ def test_interrupting_the_cell_cancels_its_job_and_says_so(alchemist_home: Path)
     try:
         kc.execute_interactive("%load_ext alchemist", timeout=60)
         msg_id = kc.execute(
-            "%%alchemist_distributed -n 2 --no-widget\nimport time\nprint('up', flush=True)\ntime.sleep(600)\n"
+            f"%%alchemist_distributed -n 2 {view}\nimport time\nprint('up', flush=True)\ntime.sleep(600)\n"
         )
         deadline = time.monotonic() + 120
         while not alchemist.jobs() or alchemist.jobs()[0].logs().count("up") < 2:

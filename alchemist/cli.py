@@ -63,7 +63,17 @@ def _parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("metrics", help="print a job's metric events (JSON lines)")
     m.add_argument("job_id")
-    m.add_argument("--since", type=int, default=0, help="byte cursor to start from")
+    m.add_argument(
+        "--since",
+        default=None,
+        metavar="CURSOR",
+        help="print only events after this cursor (what --cursor printed last time)",
+    )
+    m.add_argument(
+        "--cursor",
+        action="store_true",
+        help="print the cursor to continue from on stderr, after the events",
+    )
     return p
 
 
@@ -138,8 +148,11 @@ def _run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             pass
     elif args.command == "metrics":
-        for event in job.metrics(since=args.since):
+        events, cursor = job.metrics_chunk(since=args.since)
+        for event in events:
             print(json.dumps(event))
+        if args.cursor:
+            print(f"cursor: {cursor}", file=sys.stderr)
     return 0
 
 

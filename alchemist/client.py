@@ -176,18 +176,30 @@ class Job:
                 cursor = chunk.cursor
         return "\n".join(out) + ("\n" if out else "")
 
-    def metrics(self, since: int = 0) -> list[dict[str, Any]]:
-        """Every metric event (``{job_id, rank, step, time, values}``) from cursor ``since``."""
+    def metrics(self, since: str | int | None = None) -> list[dict[str, Any]]:
+        """Every metric event (``{job_id, rank, step, time, values}``) of every rank after
+        cursor ``since`` (None: all), rank after rank, each rank's in the order logged.
+
+        Raises:
+            CursorError: ``since`` is not a cursor a read returned.
+        """
         return self.metrics_chunk(since)[0]
 
     def metrics_chunk(
-        self, since: int = 0, max_bytes: int | None = None
-    ) -> tuple[list[dict[str, Any]], int]:
-        """Metric events from byte cursor ``since`` (about ``max_bytes`` at most) and the
-        cursor to read from next, for callers that page through a long history."""
+        self, since: str | int | None = None, max_bytes: int | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Metric events after cursor ``since`` (about ``max_bytes`` at most) and the
+        cursor to read from next, for callers that page through a long history.
+
+        The cursor is an opaque string (see :mod:`alchemist.metrics.reader`): keep it,
+        even across a kernel restart, and pass it back to read only what is new.
+
+        Raises:
+            CursorError: ``since`` is not a cursor a read returned.
+        """
         from alchemist.metrics.reader import MetricsReader
 
-        events, cursor = MetricsReader(self.job_dir.metrics).read(since, max_bytes)
+        events, cursor = MetricsReader(self.job_dir).read(since, max_bytes)
         return list(events), cursor
 
     def metrics_frame(self) -> Any:

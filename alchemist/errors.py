@@ -37,3 +37,7 @@ class JobNotFoundError(AlchemistError, KeyError):
 
 class PermissionDeniedError(AlchemistError):
     """The job exists but belongs to another user."""
+
+
+class CursorError(AlchemistError, ValueError):
+    """A metrics cursor that no read returned (the message says what a cursor looks like)."""

@@ -2,19 +2,28 @@
 
 Layout of ``<ALCHEMIST_HOME>/jobs/<job_id>/``::
 
-    spec.json            the JobSpec (written once, at submission)
-    bundle/              the shipped cell: source.py, namespace.pkl, manifest.json
-    state.json           the launcher's view of the job (state, reason, exit code)
-    logs/rank-<r>.log    each rank's stdout and stderr, appended across restarts
-    logs/launcher.log    the launcher's own output (torchrun, the supervisor)
-    metrics.jsonl        metric events, one JSON object a line
-    tensorboard/         TensorBoard event files
-    checkpoints/         checkpoints written by rank 0
-    outputs.pkl          the values named with ``--outputs``, pickled by rank 0
-    pids/                pid files of the launcher and each rank (local backend)
+    spec.json                      the JobSpec (written once, at submission)
+    bundle/                        the shipped cell: source.py, namespace.pkl, manifest.json
+    state.json                     the launcher's view of the job (state, reason, exit code)
+    logs/rank-<r>.log              each rank's stdout and stderr, appended across restarts
+    logs/launcher.log              the launcher's own output (torchrun, the supervisor)
+    metrics/rank-<r>.jsonl         rank r's metric events, one JSON object a line
+    metrics/system-rank-<r>.jsonl  rank r's system metrics (CPU, memory, network, GPU)
+    tensorboard/                   TensorBoard event files
+    checkpoints/                   checkpoints written by rank 0
+    outputs.pkl                    the values named with ``--outputs``, pickled by rank 0
+    pids/                          pid files of the launcher and each rank (local backend)
 
 Writers that others read while they write (state, checkpoints, outputs) write a
 temporary file and rename it, so a reader never sees half a file.
+
+Files that grow while the job runs (rank logs, metrics) have one writer host each: the
+rank that owns the file (and its forked children, on the same host). On Kubernetes the
+job directory is on NFS, where appends from several hosts to one file are not atomic:
+each client writes at the end of the file as it last saw it, so two pods appending at
+once overwrite each other's bytes and events are lost. Earlier versions wrote every
+rank's events to one ``metrics.jsonl`` (and ``system.jsonl``); those files are still
+read (:meth:`JobDir.shared_metrics`), never written.
 """
 
 from __future__ import annotations
@@ -44,6 +53,10 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, json.dumps(obj, indent=2, sort_keys=True).encode())
+
+
+#: Name prefix of the per-rank system metric files in ``metrics/``.
+SYSTEM_PREFIX = "system-"
 
 
 @dataclass(frozen=True)
@@ -80,8 +93,33 @@ class JobDir:
         return self.logs / "launcher.log"
 
     @property
-    def metrics(self) -> Path:
-        return self.root / "metrics.jsonl"
+    def metrics_dir(self) -> Path:
+        """The folder of the per-rank metric files."""
+        return self.root / "metrics"
+
+    def rank_metrics(self, rank: int, *, system: bool = False) -> Path:
+        """Rank ``rank``'s metric events (``system=True``: its system metrics)."""
+        return self.metrics_dir / f"{SYSTEM_PREFIX if system else ''}rank-{rank}.jsonl"
+
+    def metrics_by_rank(self, *, system: bool = False) -> dict[int, Path]:
+        """The per-rank metric files that exist now (``system=True``: system metrics)."""
+        prefix = f"{SYSTEM_PREFIX if system else ''}rank-"
+        found: dict[int, Path] = {}
+        try:
+            names = os.listdir(self.metrics_dir)
+        except (FileNotFoundError, NotADirectoryError):
+            return found
+        for name in names:
+            if not (name.startswith(prefix) and name.endswith(".jsonl")):
+                continue
+            rank = name[len(prefix) : -len(".jsonl")]
+            if rank.isdigit():
+                found[int(rank)] = self.metrics_dir / name
+        return dict(sorted(found.items()))
+
+    def shared_metrics(self, *, system: bool = False) -> Path:
+        """The one file all ranks appended to before per-rank files (read, never written)."""
+        return self.root / ("system.jsonl" if system else "metrics.jsonl")
 
     @property
     def tensorboard(self) -> Path:
@@ -104,6 +142,7 @@ class JobDir:
             self.root,
             self.bundle,
             self.logs,
+            self.metrics_dir,
             self.tensorboard,
             self.checkpoints,
             self.pids,

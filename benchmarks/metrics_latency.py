@@ -2,15 +2,16 @@
 
 1. Latency: a real 2-worker job on the local backend (torchrun, the real runtime with
    its reporter and TensorBoard thread) calls ``alchemist.log()`` every 5 ms; this
-   process tails ``metrics.jsonl`` with :class:`MetricsReader` (every 20 ms, and through
-   a :class:`JobMonitor` at its default update interval) and records, per event, the
-   time it was seen minus the time it was logged (the event's ``time``). Same machine,
-   same clock.
+   process tails every rank's metrics file with :class:`MetricsReader` (every 20 ms,
+   and through a :class:`JobMonitor` at its default update interval) and records, per
+   event, the time it was seen minus the time it was logged (the event's ``time``).
+   Same machine, same clock.
 2. Cost: a training loop whose step is ~5 ms of torch work (one thread), with and
    without ``alchemist.log(step, loss=..., lr=...)`` every step through the job
-   reporter of rank 0 (jsonl, and its TensorBoard writer process). Reported: the wall
-   and CPU time inside ``log()`` per call as a share of the step, the whole loop's time
-   per step with and without (interleaved blocks), and the writer process's CPU.
+   reporter of rank 0 (its jsonl file, and its TensorBoard writer process). Reported:
+   the wall and CPU time inside ``log()`` per call as a share of the step, the whole
+   loop's time per step with and without (interleaved blocks), and the writer
+   process's CPU.
 
 Targets (issue 3): latency p95 ≤ 200 ms; logging every step costs ≤ 1 % of a 5 ms step.
 
@@ -48,12 +49,12 @@ def latency(events: int) -> None:
         "    time.sleep(0.005)\n"
     )
     job = client.submit(code, workers=2, name="latency")
-    reader = MetricsReader(job.job_dir.metrics)
+    reader = MetricsReader(job.job_dir)
     monitor = JobMonitor(job)
     log_time: dict[tuple[int, int], float] = {}
     tail_lat: list[float] = []
     mon_lat: list[float] = []
-    cursor = 0
+    cursor = ""
     shown = {0: 0, 1: 0}
     next_monitor = time.monotonic()
     try:

@@ -1,22 +1,43 @@
-"""Read metric events from a job's ``metrics.jsonl`` (or ``system.jsonl``) with a cursor.
+"""Read a job's metric events from its per-rank files, with one cursor.
 
-One reader serves the monitor widget, ``Job.metrics()``, the REST API and the CLI.
-The cursor is a byte offset into the file (see :mod:`alchemist.metrics.tail`): a read
-returns the complete events written since the cursor and the cursor for the next read,
-so a caller that keeps its cursor (even across a kernel restart, by storing the int)
-never sees an event twice and never misses one. A line the writer has only half
-written is left for the next read. Lines that are not a JSON object with the event
-keys (a torn write on a file system without atomic appends, a stray edit) are skipped
-and counted in :attr:`MetricsReader.skipped`.
+Layout (see :mod:`alchemist.jobdir`): rank ``r`` appends its events to
+``<job_dir>/metrics/rank-<r>.jsonl`` and its system metrics to
+``<job_dir>/metrics/system-rank-<r>.jsonl``. Each file has one writer host, because
+appends from several hosts to one file are not atomic on NFS (the job directory of a
+Kubernetes job): each client writes at the end of the file as it last saw it, so two
+pods appending at once overwrite each other's events. A reader therefore reads a set of
+files, which grows as ranks start.
+
+One reader serves the monitor widget, ``Job.metrics()``, the REST API, the CLI and the
+TensorBoard writer. A read returns the complete events written since the cursor and the
+cursor for the next read, so a caller that keeps its cursor (even across a kernel
+restart, or in a browser) never sees an event twice and never misses one, including the
+events of a rank whose file appears after the cursor was made.
+
+The cursor is an opaque string, safe in JSON and in a URL: the byte offset reached in
+each file, e.g. ``"0:1834,1:1790"`` (rank 0's file at byte 1834, rank 1's at 1790; a
+file not named is read from its start). ``None``, ``0`` and ``""`` mean "from the
+start". Callers keep it and pass it back; they never compute with it. (A bare integer,
+the cursor of versions that wrote one shared ``metrics.jsonl``, is an offset into that
+file, so a cursor kept from then continues exactly on a job written then.)
+
+Per file: a line the writer has only half written is left for the next read. Lines that
+are not a JSON object with the event keys (a stray edit, a torn write) are skipped and
+counted in :attr:`MetricsReader.skipped`. Within a rank, events come in file order; a
+read returns the ranks one after the other (the old shared file first, then rank 0, 1,
+...), not interleaved by time.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+from alchemist.errors import CursorError
+from alchemist.jobdir import JobDir
 from alchemist.metrics.tail import read_lines
 
 #: Bytes handed to one ``read_lines`` call; a read loops until the file is drained.
@@ -25,6 +46,49 @@ CHUNK_BYTES = 4 << 20
 MAX_LINE = 64 << 20
 
 REQUIRED_KEYS = ("rank", "step", "values")
+
+#: The cursor's name for the one file all ranks shared in earlier versions.
+SHARED_KEY = "shared"
+
+_OFFSET = re.compile(r"[0-9]+")
+_PART = re.compile(rf"([0-9]+|{SHARED_KEY}):([0-9]+)")
+
+#: What callers pass as ``since``: a cursor a read returned, or None/0/"" for the start.
+Cursor = str | int | None
+
+
+def parse_cursor(cursor: Cursor) -> dict[str, int]:
+    """The byte offset per file key (``"0"``, ``"1"``, ..., ``"shared"``) of a cursor.
+
+    Raises:
+        CursorError: ``cursor`` is not one that :meth:`MetricsReader.read` returns.
+    """
+    if cursor is None or cursor == "" or cursor == 0:
+        return {}
+    if isinstance(cursor, bool) or not isinstance(cursor, (int, str)):
+        raise CursorError(f"a metrics cursor is a string, got {type(cursor).__name__}")
+    if isinstance(cursor, int) or _OFFSET.fullmatch(cursor):
+        offset = int(cursor)  # the byte offset of the shared file (earlier versions)
+        if offset < 0:
+            raise CursorError(f"a metrics cursor is never negative, got {cursor}")
+        return {SHARED_KEY: offset} if offset else {}
+    offsets: dict[str, int] = {}
+    for part in cursor.split(","):
+        match = _PART.fullmatch(part)
+        if match is None:
+            raise CursorError(
+                f"{cursor!r} is not a metrics cursor: pass back the cursor a read returned"
+                ' (like "0:1834,1:1790"), or nothing to read from the start'
+            )
+        key, value = match.group(1), int(match.group(2))
+        offsets[key if key == SHARED_KEY else str(int(key))] = value
+    return offsets
+
+
+def format_cursor(offsets: Mapping[str, int]) -> str:
+    """The cursor string of ``offsets`` (files at offset 0 are left out)."""
+    keys = sorted(offsets, key=lambda k: (k != SHARED_KEY, int(k) if k.isdigit() else 0))
+    return ",".join(f"{k}:{offsets[k]}" for k in keys if offsets[k])
 
 
 def parse_event(line: str) -> dict[str, Any] | None:
@@ -42,38 +106,107 @@ def parse_event(line: str) -> dict[str, Any] | None:
     return event
 
 
+class MetricsChunk(NamedTuple):
+    """What one read returns."""
+
+    #: complete events, rank after rank, each rank's in file order
+    events: list[dict[str, Any]]
+    #: where the next read starts (pass it back as ``since``)
+    cursor: str
+    #: whether more was already written beyond ``max_bytes`` (read again at once)
+    more: bool
+
+
 class MetricsReader:
-    """Tails one metrics file.
+    """Tails the per-rank metric files of one job (see the module docstring).
 
     Args:
-        path: the JSON-lines file (it may not exist yet: it reads as empty).
+        job_dir: the job directory (a :class:`JobDir` or its path); its files may not
+            exist yet: they read as empty.
+        system: read the system metrics (``system-rank-<r>.jsonl``) instead of the
+            events ``alchemist.log`` writes.
     """
 
-    def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
+    def __init__(self, job_dir: JobDir | Path | str, *, system: bool = False) -> None:
+        self.job_dir = job_dir if isinstance(job_dir, JobDir) else JobDir(Path(job_dir))
+        self.system = system
         #: how many malformed lines were skipped so far
         self.skipped = 0
 
+    def files(self) -> list[tuple[str, Path]]:
+        """``(cursor key, path)`` of every file to read, in reading order."""
+        found = [
+            (str(rank), path)
+            for rank, path in self.job_dir.metrics_by_rank(system=self.system).items()
+        ]
+        shared = self.job_dir.shared_metrics(system=self.system)
+        return [(SHARED_KEY, shared), *found] if shared.exists() else found
+
     def read(
-        self, since: int = 0, max_bytes: int | None = None
-    ) -> tuple[list[dict[str, Any]], int]:
-        """Read the events written after byte offset ``since``.
+        self, since: Cursor = None, max_bytes: int | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Read the events written after cursor ``since``.
 
         Args:
-            since: 0, or the cursor a previous read returned.
+            since: None (or 0, or ""): from the start; else the cursor a previous read
+                returned (by this or any reader of the same job).
             max_bytes: stop after about this many bytes (None: read everything there
-                is); the rest comes with the next read from the returned cursor. An
-                event longer than the budget is still returned whole.
+                is); the rest comes with the next read from the returned cursor. The
+                budget is shared fairly between the ranks, so a rank that logs a lot
+                does not hold back the others. An event is never split: one longer
+                than the budget is still returned whole.
 
         Returns:
-            ``(events, cursor)``: events in file order and the offset to read from next.
+            ``(events, cursor)``: the events (see :class:`MetricsChunk`) and the
+            cursor to read from next.
+
+        Raises:
+            CursorError: ``since`` is not a cursor.
         """
+        chunk = self.read_chunk(since, max_bytes)
+        return chunk.events, chunk.cursor
+
+    def read_chunk(self, since: Cursor = None, max_bytes: int | None = None) -> MetricsChunk:
+        """Like :meth:`read`, and says whether more events were already waiting."""
+        offsets = parse_cursor(since)
+        files = self.files()
+        per_file: dict[str, list[dict[str, Any]]] = {key: [] for key, _ in files}
+        waiting: list[tuple[str, Path]] = []
+        if max_bytes is None:
+            for key, path in files:
+                per_file[key], offsets[key], _, _ = self._read_file(path, offsets.get(key, 0), None)
+        else:
+            # A first pass gives every file an equal share; a second hands what is left
+            # to the files that had more.
+            remaining = max_bytes
+            share = max(1, max_bytes // max(1, len(files)))
+            for key, path in files:
+                events, offsets[key], more, used = self._read_file(path, offsets.get(key, 0), share)
+                per_file[key] = events
+                remaining -= used
+                if more:
+                    waiting.append((key, path))
+            for key, path in list(waiting):
+                if remaining <= 0:
+                    break
+                events, offsets[key], more, used = self._read_file(path, offsets[key], remaining)
+                per_file[key].extend(events)
+                remaining -= used
+                if not more:
+                    waiting.remove((key, path))
+        out = [event for key, _ in files for event in per_file[key]]
+        return MetricsChunk(out, format_cursor(offsets), bool(waiting))
+
+    def _read_file(
+        self, path: Path, since: int, budget: int | None
+    ) -> tuple[list[dict[str, Any]], int, bool, int]:
+        """``(events, offset, more, bytes used)`` of one file from byte offset ``since``."""
         events: list[dict[str, Any]] = []
         cursor = since
-        budget = max_bytes
-        limit = CHUNK_BYTES if budget is None else max(1, min(CHUNK_BYTES, budget))
+        left = budget
+        limit = CHUNK_BYTES if left is None else max(1, min(CHUNK_BYTES, left))
         while True:
-            lines, new_cursor, more = read_lines(self.path, cursor, limit)
+            lines, new_cursor, more = read_lines(path, cursor, limit)
             # read_lines hands out a line longer than the limit in pieces; an event is
             # never split, so read again with room for the whole line.
             piece = more and len(lines) == 1 and new_cursor - cursor == limit
@@ -87,16 +220,16 @@ class MetricsReader:
                         self.skipped += 1
                     continue
                 events.append(event)
-            if budget is not None:
-                budget -= new_cursor - cursor
+            if left is not None:
+                left -= new_cursor - cursor
             cursor = new_cursor
-            if not more or (budget is not None and budget <= 0):
-                return events, cursor
-            limit = CHUNK_BYTES if budget is None else max(1, min(CHUNK_BYTES, budget))
+            if not more or (left is not None and left <= 0):
+                return events, cursor, more, cursor - since
+            limit = CHUNK_BYTES if left is None else max(1, min(CHUNK_BYTES, left))
 
     def read_all(self) -> list[dict[str, Any]]:
-        """Every complete event in the file."""
-        return self.read(0)[0]
+        """Every complete event of every rank."""
+        return self.read(None)[0]
 
 
 def events_to_dataframe(events: Iterable[dict[str, Any]]) -> Any:

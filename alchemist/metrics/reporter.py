@@ -1,6 +1,6 @@
 """The worker-side metrics reporter: ``alchemist.log(step, **values)`` ends here.
 
-Event shape (one JSON object a line in ``<job_dir>/metrics.jsonl``)::
+Event shape (one JSON object a line in ``<job_dir>/metrics/rank-<r>.jsonl``)::
 
     {"job_id": "j-1a2b", "rank": 0, "step": 12, "time": 1764700000.25,
      "values": {"loss": 0.53, "lr": 0.1}}
@@ -8,9 +8,17 @@ Event shape (one JSON object a line in ``<job_dir>/metrics.jsonl``)::
 ``time`` is UNIX seconds (float) when ``log`` was called. ``values`` maps a metric name
 to a float; non-finite floats are written as ``NaN``/``Infinity`` (what Python's
 ``json`` module writes and reads back). System metrics (CPU, memory, network, GPU) are
-not mixed in here: :mod:`alchemist.metrics.system` writes them to ``system.jsonl`` in
-the same shape plus ``"kind": "system"`` and ``"host"``, so ``Job.metrics()`` and
-TensorBoard stay the user's own curves.
+not mixed in here: :mod:`alchemist.metrics.system` writes them to
+``metrics/system-rank-<r>.jsonl`` in the same shape plus ``"kind": "system"`` and
+``"host"``, so ``Job.metrics()`` and TensorBoard stay the user's own curves.
+
+One file per rank, because a file must have one writer host: the job directory of a
+Kubernetes job is on NFS, where ``O_APPEND`` from several hosts is not atomic (each
+client writes at the end of the file as it last saw it), so ranks on different pods
+appending to one shared file overwrite each other's bytes and events are lost, not
+merely torn. A rank's forked children (DataLoader workers) run on its host and append
+to its file. Readers read the set of rank files with one cursor
+(:class:`alchemist.metrics.reader.MetricsReader`).
 
 Two names are conventions the monitor understands and does not chart:
 ``total_steps`` (the number of steps the job will run, for the progress bar) and
@@ -20,15 +28,14 @@ Guarantees:
 
 - ``log`` converts the values to float and queues the event: that is all the training
   thread pays (a few microseconds). A writer thread appends the queued events every
-  ``write_interval`` seconds (20 ms) with one ``os.write`` on a descriptor opened with
-  ``O_APPEND``, so events of all ranks interleave as whole lines (on local and POSIX
-  file systems; NFS does not promise atomic appends from several hosts, and the reader
-  skips a torn line). ``flush`` and ``close`` write what is pending at once; a forked
-  child (a DataLoader worker) writes each event at once. A worker killed with SIGKILL
-  loses at most the last ``write_interval`` of events.
+  ``write_interval`` seconds (20 ms) with one ``os.write`` on a descriptor of the
+  rank's file opened with ``O_APPEND``, so the rank's events and those of its forked
+  children (all on one host) stay whole lines. ``flush`` and ``close`` write what is
+  pending at once; a forked child (a DataLoader worker) writes each event at once. A
+  worker killed with SIGKILL loses at most the last ``write_interval`` of events.
 - TensorBoard scalars are never written on the training thread nor in the training
   process: rank 0's reporter starts :mod:`alchemist.metrics.tbwriter` as a child
-  process, which converts every rank's events from ``metrics.jsonl`` into event files
+  process, which converts every rank's events from their files into event files
   about once a second (rank 0: ``<job_dir>/tensorboard/``, TensorBoard's run ``.``;
   rank ``r > 0``: ``<job_dir>/tensorboard/rank-<r>/``; the tag is the metric name).
   ``close`` on rank 0 waits for it to convert what is left. (Measured: writing them on
@@ -126,8 +133,10 @@ class Reporter:
         if job_dir is None:
             self._memory = collections.deque(maxlen=memory_limit)
             return
-        job_dir.root.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(job_dir.metrics, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        job_dir.metrics_dir.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(
+            job_dir.rank_metrics(rank), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644
+        )
         self._start_thread()
         _live_reporters.add(self)
         if tensorboard and rank == 0:
@@ -135,8 +144,8 @@ class Reporter:
 
     @property
     def path(self) -> Path | None:
-        """The metrics file, or None in memory mode."""
-        return self.job_dir.metrics if self.job_dir else None
+        """This rank's metrics file, or None in memory mode."""
+        return self.job_dir.rank_metrics(self.rank) if self.job_dir else None
 
     def log(self, step: int, **values: Any) -> None:
         """Record ``values`` at ``step``.
@@ -211,8 +220,8 @@ class Reporter:
         while pending:
             step, now, floats = pending.popleft()
             lines.append(self._encode(step, now, floats))
-        # One write: on a local or POSIX file system an O_APPEND write lands whole, so
-        # other ranks' events never split this batch's lines.
+        # One write: an O_APPEND write from one host lands whole, so a forked child's
+        # events never split this batch's lines (other ranks write other files).
         os.write(self._fd, "".join(lines).encode())
 
     def _start_thread(self) -> None:
@@ -236,14 +245,14 @@ class Reporter:
         self._tb = None  # the writer process belongs to the parent
 
     def events(self) -> list[dict[str, Any]]:
-        """The events kept in memory (memory mode), or every event of the file."""
+        """The events kept in memory (memory mode), or every event of the job (all ranks)."""
         if self._memory is not None:
             return list(self._memory)
         from alchemist.metrics.reader import MetricsReader
 
         self.flush()
         assert self.job_dir is not None
-        return MetricsReader(self.job_dir.metrics).read_all()
+        return MetricsReader(self.job_dir).read_all()
 
     def tensorboard_sync(self) -> None:
         """Ask the TensorBoard writer process to convert now rather than at its next tick."""

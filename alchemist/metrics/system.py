@@ -2,7 +2,9 @@
 
 The runtime calls :func:`start_sampler` once per rank after installing the reporter,
 and ``stop()`` on the returned sampler at exit. Every ``interval`` seconds the thread
-writes one event to ``<job_dir>/system.jsonl`` (one ``os.write`` with ``O_APPEND``)::
+writes one event to the rank's own file ``<job_dir>/metrics/system-rank-<r>.jsonl``
+(one ``os.write`` with ``O_APPEND``; one file per rank, because appends from several
+hosts to one file are not atomic on NFS, see :mod:`alchemist.metrics.reporter`)::
 
     {"kind": "system", "job_id": ..., "rank": 0, "host": "node-1", "step": 120,
      "time": 1764700000.0, "values": {"cpu_percent": 97.0, ...}}
@@ -30,18 +32,11 @@ import os
 import socket
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from alchemist.metrics.reporter import Reporter
 
 DEFAULT_INTERVAL = 2.0
-SYSTEM_FILE = "system.jsonl"
-
-
-def system_metrics_path(job_root: Path) -> Path:
-    """Where a job's system metrics live."""
-    return job_root / SYSTEM_FILE
 
 
 class _Gpu:
@@ -100,8 +95,9 @@ class SystemSampler(threading.Thread):
         self._fd: int | None = None
         self.memory: collections.deque[dict[str, Any]] | None = None
         if reporter.job_dir is not None:
+            reporter.job_dir.metrics_dir.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(
-                system_metrics_path(reporter.job_dir.root),
+                reporter.job_dir.rank_metrics(reporter.rank, system=True),
                 os.O_WRONLY | os.O_APPEND | os.O_CREAT,
                 0o644,
             )

@@ -1,23 +1,24 @@
-"""Turn a job's ``metrics.jsonl`` into TensorBoard event files, in a process of its own.
+"""Turn a job's metric events into TensorBoard event files, in a process of its own.
 
 Why a separate process: writing TensorBoard events costs ~100-200 µs of pure-Python
 CPU per logged step (protobuf building, the record CRC) and, on a thread of the
 training process, it competes for the GIL with the training loop: measured on a 5 ms
 step, +12 % CPU and +40 % wall time (benchmarks/metrics_latency.py). Here it runs on
 another core, never on the training thread, and the scalars are converted from the
-same file the monitor reads, so both show the same values.
+same files the monitor reads (every rank's ``metrics/rank-<r>.jsonl``), so both show
+the same values.
 
 Rank 0's :class:`~alchemist.metrics.reporter.Reporter` starts it as
 ``python -m alchemist.metrics.tbwriter JOB_DIR`` with a pipe on its stdin and ends it
 by writing ``q`` to it (end-of-file, or the worker's death, ends it too; ``f`` asks for
-a conversion now). It converts every rank's events:
-rank 0 in ``<job_dir>/tensorboard/`` (TensorBoard's run ``.``), rank ``r`` in
-``tensorboard/rank-<r>/``; tags are the metric names except ``total_steps`` and
-``batch_size``. It reads every ``--interval`` seconds (default 1), flushes after each
-read, and keeps its cursor in ``tensorboard/.cursor`` (under ``tensorboard/.lock``) so
-that a restarted job (a new rank 0) or a catch-up conversion when TensorBoard is opened
-goes on where the previous one stopped, without duplicates. SIGTERM, or
-end-of-file on stdin, makes it convert what is left and exit.
+a conversion now). It converts every rank's events: rank 0 in ``<job_dir>/tensorboard/``
+(TensorBoard's run ``.``), rank ``r`` in ``tensorboard/rank-<r>/``; tags are the metric
+names except ``total_steps`` and ``batch_size``. It reads every ``--interval`` seconds
+(default 1), flushes after each read, and keeps its reader's cursor (the offset reached
+in each rank's file) in ``tensorboard/.cursor`` (under ``tensorboard/.lock``) so that a
+restarted job (a new rank 0) or a catch-up conversion when TensorBoard is opened goes on
+where the previous one stopped, without duplicates. SIGTERM, or end-of-file on stdin,
+makes it convert what is left and exit.
 
 Written with tensorboard's own ``EventFileWriter`` (what ``torch.utils.tensorboard``'s
 ``SummaryWriter`` wraps), so this process does not import torch.
@@ -34,6 +35,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from alchemist.errors import CursorError
 from alchemist.jobdir import JobDir, atomic_write_bytes
 from alchemist.metrics.reader import MetricsReader
 from alchemist.metrics.reporter import META_KEYS, tensorboard_run_dir
@@ -45,14 +47,14 @@ WRITER_FILE = ".writer"
 
 
 class EventConverter:
-    """Converts events read from ``metrics.jsonl`` into per-rank event files."""
+    """Converts every rank's metric events into per-rank event files."""
 
     def __init__(self, job_dir: JobDir) -> None:
         self.job_dir = job_dir
-        self.reader = MetricsReader(job_dir.metrics)
+        self.reader = MetricsReader(job_dir)
         self.cursor_path = job_dir.tensorboard / CURSOR_FILE
         self.lock_path = job_dir.tensorboard / LOCK_FILE
-        self.cursor = 0
+        self.cursor = ""
         self._writers: dict[int, Any] = {}
 
     def _writer(self, rank: int) -> Any:
@@ -88,10 +90,13 @@ class EventConverter:
         from tensorboard.compat.proto.summary_pb2 import Summary
 
         try:
-            self.cursor = int(self.cursor_path.read_text().strip() or 0)
-        except (OSError, ValueError):
-            self.cursor = 0
-        events, cursor = self.reader.read(self.cursor)
+            self.cursor = self.cursor_path.read_text().strip()
+        except OSError:
+            self.cursor = ""
+        try:
+            events, cursor = self.reader.read(self.cursor)
+        except CursorError:  # a stray edit of the file: start over, as a missing file does
+            events, cursor = self.reader.read(None)
         written: set[int] = set()
         for e in events:
             values = [

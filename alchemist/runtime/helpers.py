@@ -90,8 +90,9 @@ def shard(
 def log(step: int, **metrics: float) -> None:
     """Record metrics for ``step`` (learning curves, TensorBoard).
 
-    In a job every rank's events go to ``metrics.jsonl`` and TensorBoard; in a plain
-    notebook they are kept in memory for the prototype's curve.
+    In a job each rank's events go to its own ``metrics/rank-<r>.jsonl`` in the job
+    directory, and on to TensorBoard; in a plain notebook they are kept in memory for
+    the prototype's curve.
     """
     from alchemist.metrics.reporter import get_reporter
 

@@ -25,8 +25,10 @@ Contract:
 - The handlers call the client API (:mod:`alchemist.client`): submitting here and
   from the magic is one code path. Every call that may block (the job store, the
   backend, the file system) runs in a worker thread, off the event loop.
-- Logs and metrics are read from a byte cursor and bounded per request; the reply's
-  ``cursor`` is where the next request starts.
+- Logs and metrics are read from a cursor and bounded per request; the reply's
+  ``cursor`` is where the next request starts. A log cursor is a byte offset (an
+  integer); a metrics cursor is an opaque string (the offset reached in each rank's
+  file, see :mod:`alchemist.metrics.reader`), passed back as it came.
 """
 
 from __future__ import annotations
@@ -48,11 +50,13 @@ from alchemist.errors import (
     AlchemistError,
     BackendError,
     BundleError,
+    CursorError,
     JobNotFoundError,
     PermissionDeniedError,
     SpecError,
     UnknownBackendError,
 )
+from alchemist.jobdir import JobDir
 
 #: Root of the versioned API, relative to the server's base URL.
 API_ROOT = "alchemist/api/v1"
@@ -63,7 +67,7 @@ MAX_LOG_BYTES = 1024 * 1024
 #: Default and largest bytes of metrics read per request.
 DEFAULT_METRICS_BYTES = 1024 * 1024
 MAX_METRICS_BYTES = 4 * 1024 * 1024
-#: Bytes read from the end of metrics.jsonl to find a job's latest event.
+#: Bytes read from the end of a rank's metrics file to find a job's latest event.
 LATEST_TAIL_BYTES = 16 * 1024
 #: Default and largest number of jobs in a listing.
 DEFAULT_LIST_LIMIT = 200
@@ -111,6 +115,8 @@ def _translate(error: BaseException) -> RouteError:
         return RouteError(403, str(error))
     if isinstance(error, UnknownBackendError):
         return RouteError(400, str(error), "backend")
+    if isinstance(error, CursorError):
+        return RouteError(400, str(error), "since")
     if isinstance(error, (SpecError, BundleError)):
         return RouteError(400, str(error))
     if isinstance(error, BackendError):
@@ -233,36 +239,49 @@ class AlchemistHandler(APIHandler):
 # -- blocking helpers run in threads ------------------------------------------------------
 
 
-def _latest_event(metrics_path: Path) -> dict[str, Any] | None:
-    """The newest well-formed event in the last few KiB of a metrics file, or None.
-
-    Reading only the tail keeps a listing cheap however long the jobs ran.
-    """
+def _newest_event_in_tail(path: Path, rank: int | None = None) -> dict[str, Any] | None:
+    """The newest well-formed event (of ``rank``, if given) in the last few KiB of a file."""
     from alchemist.metrics.reader import parse_event
 
     try:
-        with open(metrics_path, "rb") as f:
+        with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
             f.seek(max(0, size - LATEST_TAIL_BYTES))
             tail = f.read()
     except FileNotFoundError:
         return None
-    latest: dict[str, Any] | None = None
     for line in reversed(tail.decode("utf-8", "replace").split("\n")):
         event = parse_event(line.strip())
-        if event is None:
-            continue
-        if event.get("rank") == 0:
-            return event  # rank 0's view is the job's, when it logs
-        latest = latest or event
-    return latest
+        if event is not None and (rank is None or event.get("rank") == rank):
+            return event
+    return None
+
+
+def _latest_event(job_dir: JobDir) -> dict[str, Any] | None:
+    """The job's latest metric event, read from the tail of one file or a few, or None.
+
+    Rank 0's view is the job's, when it logs: the newest event in the tail of rank 0's
+    file; when rank 0 has logged nothing, that of the lowest rank that has. Reading only
+    tails, of the first file that has an event, keeps a listing cheap however long the
+    jobs ran and however many ranks they had.
+    """
+    shared = job_dir.shared_metrics()  # a job written before per-rank files
+    if shared.exists():
+        event = _newest_event_in_tail(shared, rank=0) or _newest_event_in_tail(shared)
+        if event is not None:
+            return event
+    for path in job_dir.metrics_by_rank().values():  # rank 0 first
+        event = _newest_event_in_tail(path)
+        if event is not None:
+            return event
+    return None
 
 
 def _describe(job: Any) -> dict[str, Any]:
     """``Job.to_dict()`` plus the latest metric event (for the list's metric column)."""
     data: dict[str, Any] = job.to_dict()
-    data["latest"] = _latest_event(job.job_dir.metrics)
+    data["latest"] = _latest_event(job.job_dir)
     return data
 
 
@@ -296,17 +315,12 @@ def _job_dryrun(job_id: str) -> dict[str, Any]:
     return {"job_id": job.id, **info.to_dict()}
 
 
-def _metrics(job_id: str, since: int, max_bytes: int) -> dict[str, Any]:
+def _metrics(job_id: str, since: str, max_bytes: int) -> dict[str, Any]:
     from alchemist.metrics.reader import MetricsReader
 
     job = _job(job_id)
-    path = job.job_dir.metrics
-    events, cursor = MetricsReader(path).read(since, max_bytes=max_bytes)
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        size = 0
-    return {"events": events, "cursor": cursor, "more": cursor < size}
+    chunk = MetricsReader(job.job_dir).read_chunk(since, max_bytes=max_bytes)
+    return {"events": chunk.events, "cursor": chunk.cursor, "more": chunk.more}
 
 
 def _logs(job_id: str, rank: int, since: int, limit_bytes: int) -> dict[str, Any]:
@@ -461,12 +475,10 @@ class MetricsHandler(AlchemistHandler):
     @authorized
     async def get(self, job_id: str) -> None:
         args = self.query(
-            {
-                "since": (0, 0, 1 << 62),
-                "max_bytes": (DEFAULT_METRICS_BYTES, 1, MAX_METRICS_BYTES),
-            }
+            {"max_bytes": (DEFAULT_METRICS_BYTES, 1, MAX_METRICS_BYTES)}, text=("since",)
         )
-        self.reply(await self.call(_metrics, job_id, args["since"], args["max_bytes"]))
+        since = self.get_query_argument("since", "")  # a cursor; _metrics checks it
+        self.reply(await self.call(_metrics, job_id, since, args["max_bytes"]))
 
 
 class LogsHandler(AlchemistHandler):

@@ -26,13 +26,14 @@ sends numpy arrays as binary buffers. Updates are incremental: every ``interval`
 seconds (about 7 per second by default) only the curves that gained points are re-sent,
 each as its downsampled view (:mod:`alchemist.widgets.downsample`: at most
 ``max_points`` points keeping first/last/extremes), never one message per point, while
-every point stays in memory and in the job's ``metrics.jsonl``.
+every point stays in memory and in the job's metrics files.
 
 The monitor is written against the small :class:`MonitoredJob` protocol (what
 :class:`alchemist.client.Job` provides), and reads the job directory directly:
-``metrics.jsonl`` and ``system.jsonl`` through :class:`~alchemist.metrics.reader.MetricsReader`
-with a cursor, logs through ``job.log_chunk`` with a cursor per rank. Reattaching after
-a kernel restart therefore rebuilds the whole history from the files.
+every rank's metrics and system metrics files through
+:class:`~alchemist.metrics.reader.MetricsReader` with one cursor each, logs through
+``job.log_chunk`` with a cursor per rank. Reattaching after a kernel restart therefore
+rebuilds the whole history from the files.
 """
 
 from __future__ import annotations
@@ -50,7 +51,6 @@ from typing import Any, Protocol
 from alchemist.jobdir import JobDir
 from alchemist.metrics.reader import MetricsReader
 from alchemist.metrics.reporter import META_KEYS
-from alchemist.metrics.system import system_metrics_path
 from alchemist.spec import JobState, JobStatus
 from alchemist.widgets.downsample import Series
 
@@ -174,10 +174,11 @@ class MonitorData:
             finished=self.info.get("finished"),
             restarts=int(self.info.get("restarts") or 0),
         )
-        self._metrics_reader = MetricsReader(job.job_dir.metrics)
-        self._system_reader = MetricsReader(system_metrics_path(job.job_dir.root))
-        self.metrics_cursor = 0
-        self.system_cursor = 0
+        self._metrics_reader = MetricsReader(job.job_dir)
+        self._system_reader = MetricsReader(job.job_dir, system=True)
+        # Opaque cursors over every rank's file (see alchemist.metrics.reader).
+        self.metrics_cursor = ""
+        self.system_cursor = ""
         self.log_cursors: dict[int, int] = {}
         self._last_status = 0.0
         self.finished_reading = False

@@ -223,5 +223,14 @@ def test_cli_submits_a_script_and_lists_logs_and_metrics(
     assert main(["metrics", job.id]) == 0
     events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(events) == 6 and {e["rank"] for e in events} == {0, 1}
+    # --cursor says where to go on from; --since that cursor prints only what is new
+    assert main(["metrics", job.id, "--cursor"]) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 6
+    cursor = captured.err.strip().removeprefix("cursor: ")
+    assert main(["metrics", job.id, "--since", cursor]) == 0
+    assert capsys.readouterr().out == ""
+    assert main(["metrics", job.id, "--since", "rank0"]) == 2
+    assert "is not a metrics cursor" in capsys.readouterr().err
     assert main(["cancel", "nosuchjob"]) == 2
     assert "no job 'nosuchjob'" in capsys.readouterr().err

@@ -67,7 +67,7 @@ print("writer done", file=log)
 class WriterProcessJob:
     """Stands in for ``alchemist.client.Job`` around one real writer process.
 
-    The process writes ``metrics.jsonl`` through the real :class:`Reporter` and a rank
+    The process writes rank 0's metrics file through the real :class:`Reporter` and a rank
     log; the job's state is the process's (running, then succeeded or cancelled). It
     implements the monitor's ``MonitoredJob`` protocol so the monitor is tested on a
     job whose pace the test controls, without torchrun's start-up time.

@@ -68,6 +68,24 @@ def test_catch_up_converts_late_events_once(tmp_path: Path) -> None:
     assert scalars(jd.tensorboard, "loss") == [(0, 1.0)]
 
 
+def test_catch_up_goes_on_from_a_cursor_of_an_earlier_version(tmp_path: Path) -> None:
+    """Earlier versions kept one shared ``metrics.jsonl`` and an integer ``.cursor``."""
+    import json
+
+    jd = JobDir(tmp_path / "j-old").create()
+    lines = [
+        json.dumps({"rank": r, "step": s, "time": 1.0, "values": {"loss": float(s)}}) + "\n"
+        for s in range(4)
+        for r in (0, 1)
+    ]
+    jd.shared_metrics().write_text("".join(lines))
+    converted = "".join(lines[:4])  # steps 0 and 1 were converted by the old writer
+    (jd.tensorboard / ".cursor").write_text(str(len(converted.encode())))
+    assert catch_up(jd.root)
+    assert scalars(jd.tensorboard, "loss") == [(2, 2.0), (3, 3.0)]
+    assert scalars(jd.tensorboard / "rank-1", "loss") == [(2, 2.0), (3, 3.0)]
+
+
 _WORKER = r"""
 import sys, time
 from pathlib import Path

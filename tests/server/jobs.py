@@ -57,6 +57,8 @@ def make_record(
 
 
 def write_events(job_dir: JobDir, events: list[dict[str, Any]]) -> None:
-    with open(job_dir.metrics, "a") as f:
-        for e in events:
+    """Append each event to its rank's metrics file, as the workers' reporters do."""
+    job_dir.metrics_dir.mkdir(parents=True, exist_ok=True)
+    for e in events:
+        with open(job_dir.rank_metrics(int(e["rank"])), "a") as f:
             f.write(json.dumps(e) + "\n")

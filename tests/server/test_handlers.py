@@ -119,6 +119,39 @@ async def test_get_job_and_its_latest_metric(api: Api) -> None:
     assert job["latest"]["values"] == {"loss": 0.5}
 
 
+async def test_latest_metric_of_a_job_whose_rank_0_logged_nothing(api: Api) -> None:
+    record, job_dir = make_record(name="quiet-rank-0")
+    job_dir.rank_metrics(0).touch()  # rank 0 started, logged nothing yet
+    write_events(
+        job_dir,
+        [
+            {"rank": 2, "step": 4, "time": 4.0, "values": {"loss": 0.2}},
+            {"rank": 1, "step": 3, "time": 3.0, "values": {"loss": 0.3}},
+            {"rank": 1, "step": 4, "time": 4.0, "values": {"loss": 0.25}},
+        ],
+    )
+    code, job = await api("GET", "jobs", record.id)
+    assert code == 200
+    assert job["latest"]["rank"] == 1 and job["latest"]["values"] == {"loss": 0.25}
+
+
+async def test_a_job_directory_of_an_earlier_version_is_listed_and_read(api: Api) -> None:
+    """Earlier versions appended every rank's events to one ``metrics.jsonl``."""
+    record, job_dir = make_record(name="old-layout")
+    job_dir.shared_metrics().write_text(
+        "".join(
+            json.dumps({"rank": r, "step": s, "time": float(s), "values": {"loss": s + r / 10}})
+            + "\n"
+            for s in range(3)
+            for r in (0, 1)
+        )
+    )
+    code, job = await api("GET", "jobs", record.id)
+    assert job["latest"]["rank"] == 0 and job["latest"]["values"] == {"loss": 2}
+    code, body = await api("GET", "jobs", record.id, "metrics")
+    assert code == 200 and len(body["events"]) == 6
+
+
 async def test_unknown_job_is_404_on_every_job_route(api: Api) -> None:
     for method, parts in [
         ("GET", ()),
@@ -167,20 +200,24 @@ async def test_metrics_from_a_cursor(api: Api) -> None:
     assert [e["step"] for e in body["events"]] == [0, 1, 2]
     assert body["more"] is False
     cursor = body["cursor"]
+    assert isinstance(cursor, str) and cursor.startswith("0:")  # opaque; one offset per rank
 
+    # rank 1's file appears after the cursor was made: read from its start
     write_events(job_dir, [{"rank": 1, "step": 3, "values": {"loss": 3}}])
     code, body = await api("GET", "jobs", record.id, "metrics", params={"since": cursor})
     assert [(e["rank"], e["step"]) for e in body["events"]] == [(1, 3)]
 
     code, body = await api("GET", "jobs", record.id, "metrics", params={"since": body["cursor"]})
     assert body["events"] == []
+    code, body = await api("GET", "jobs", record.id, "metrics", params={"since": ""})
+    assert len(body["events"]) == 4
 
 
 async def test_metrics_are_paged_by_bytes(api: Api) -> None:
     record, job_dir = make_record()
     write_events(job_dir, [{"rank": 0, "step": s, "values": {"loss": s}} for s in range(200)])
     steps: list[int] = []
-    cursor, pages = 0, 0
+    cursor, pages = "", 0
     while True:
         code, body = await api(
             "GET", "jobs", record.id, "metrics", params={"since": cursor, "max_bytes": 1000}
@@ -200,6 +237,9 @@ async def test_metrics_reject_a_bad_cursor(api: Api) -> None:
     code, body = await api("GET", "jobs", record.id, "metrics", params={"since": "-1"})
     assert (code, body["field"]) == (400, "since")
     code, body = await api("GET", "jobs", record.id, "metrics", params={"since": "abc"})
+    assert (code, body["field"]) == (400, "since")
+    assert "not a metrics cursor" in body["message"]
+    code, body = await api("GET", "jobs", record.id, "metrics", params={"since": "0:12,1:x"})
     assert (code, body["field"]) == (400, "since")
 
 

@@ -82,9 +82,15 @@ export interface ILogChunk {
   ranks: number[];
 }
 
+/**
+ * Where a metrics read stopped: an opaque string (the offset reached in each rank's
+ * file). Pass back the one a reply gave; `''` reads from the start.
+ */
+export type MetricsCursor = string;
+
 export interface IMetricsChunk {
   events: IMetricEvent[];
-  cursor: number;
+  cursor: MetricsCursor;
   /** More events were already waiting beyond this page. */
   more: boolean;
 }
@@ -108,7 +114,7 @@ export const api = {
   cancel(id: string): Promise<IJob> {
     return requestAPI(`jobs/${encodeURIComponent(id)}`, jsonInit('DELETE'));
   },
-  metrics(id: string, since: number): Promise<IMetricsChunk> {
+  metrics(id: string, since: MetricsCursor): Promise<IMetricsChunk> {
     return requestAPI(`jobs/${encodeURIComponent(id)}/metrics`, {}, { since });
   },
   logs(id: string, rank: number, since: number): Promise<ILogChunk> {

@@ -8,7 +8,7 @@
 import { Poll } from '@lumino/polling';
 import { Widget } from '@lumino/widgets';
 
-import { ApiError, api } from './api';
+import { ApiError, MetricsCursor, api } from './api';
 import { CurveCharts } from './chart';
 import {
   ALGORITHMS,
@@ -601,7 +601,7 @@ export class JobView extends Widget {
   private _job: IJob | undefined;
   private _poll: Poll;
   private _finalRead = false;
-  private _metricsCursor = 0;
+  private _metricsCursor: MetricsCursor = '';
   private _series = new MetricSeries();
   private _logs = new Map<number, LogBuffer>();
   private _message = new MessageLine();

@@ -693,7 +693,10 @@ class JobMonitor:
         fig = bq.Figure(
             title=name,
             axes=[
-                bq.Axis(scale=xs, label="step", num_ticks=5),
+                # explicit tick formats: bqplot's automatic one throws in the front end
+                # on a single-point axis, and a widget whose update failed there never
+                # updates again (the chart froze at its first point)
+                bq.Axis(scale=xs, label="step", tick_format="~s", num_ticks=5),
                 bq.Axis(scale=ys, orientation="vertical", tick_format=".3g", num_ticks=5),
             ],
             fig_margin={"top": 40, "bottom": 40, "left": 60, "right": 10},

@@ -93,6 +93,13 @@ def gradual_warmup(
     return SequentialLR(optimizer, [warm, after], milestones=[warmup_steps])
 
 
+def warmup_length(
+    batch_size: int, reference_batch: int = 256, rule: str = "linear", warmup_steps: int = 0
+) -> int:
+    """The steps :func:`large_batch_schedule` warms up for: ``warmup_steps`` if k > 1, else 0."""
+    return warmup_steps if scale_factor(batch_size, reference_batch, rule) > 1 else 0
+
+
 def large_batch_schedule(
     optimizer: torch.optim.Optimizer,
     *,
@@ -113,13 +120,16 @@ def large_batch_schedule(
     Args:
         after: builds the scheduler used after warmup from the optimizer (e.g.
             ``lambda o: CosineAnnealingLR(o, T_max=...)``), created once the lr is set.
+            It takes over after ``warmup_steps`` steps when k > 1, and from the first
+            step when k ≤ 1 (no warmup then): size it with :func:`warmup_length`.
     """
     k = scale_factor(batch_size, reference_batch, rule)
     for group in optimizer.param_groups:
         group["lr"] = base_lr * k
         group["initial_lr"] = base_lr * k
     then = after(optimizer) if after is not None else None
-    return gradual_warmup(optimizer, warmup_steps if k > 1 else 0, min(1.0, 1.0 / k), then)
+    steps = warmup_length(batch_size, reference_batch, rule, warmup_steps)
+    return gradual_warmup(optimizer, steps, min(1.0, 1.0 / k), then)
 
 
 def _ratio(numerator: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:

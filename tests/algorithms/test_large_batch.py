@@ -12,6 +12,7 @@ from alchemist.runtime.large_batch import (
     gradual_warmup,
     large_batch_schedule,
     scale_lr,
+    warmup_length,
 )
 
 
@@ -57,6 +58,26 @@ def test_no_warmup_below_the_reference_batch() -> None:
         opt, base_lr=0.1, batch_size=128, reference_batch=256, warmup_steps=5
     )
     assert lrs(sched, opt, 3) == pytest.approx([0.05, 0.05, 0.05])
+
+
+@pytest.mark.parametrize("batch, warm", [(128, 0), (256, 0), (1024, 5)])
+def test_the_scheduler_after_warmup_starts_after_warmup_length(batch: int, warm: int) -> None:
+    """Sizing ``after`` with warmup_length gives the same total schedule at every batch."""
+    total = 12
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    assert warmup_length(batch, 256, "linear", warmup_steps=5) == warm
+    sched = large_batch_schedule(
+        opt,
+        base_lr=0.1,
+        batch_size=batch,
+        warmup_steps=5,
+        after=lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=total - warm),
+    )
+    seen = lrs(sched, opt, total + 1)
+    peak = 0.1 * batch / 256
+    assert seen[warm] == pytest.approx(peak)  # the cosine starts at the peak ...
+    assert seen[total] == pytest.approx(0.0, abs=1e-9)  # ... and ends at the last step
+    assert seen == sorted(seen[:warm], reverse=False) + sorted(seen[warm:], reverse=True)
 
 
 def _problem() -> tuple[torch.nn.Parameter, torch.nn.Parameter, torch.Tensor]:

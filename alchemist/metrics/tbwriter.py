@@ -27,6 +27,7 @@ Written with tensorboard's own ``EventFileWriter`` (what ``torch.utils.tensorboa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import os
 import select
@@ -196,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("job_dir", type=Path)
     p.add_argument("--interval", type=float, default=1.0)
     args = p.parse_args(argv)
+    with contextlib.suppress(OSError):
+        os.nice(10)  # converting for TensorBoard must not slow the training ranks
     run(args.job_dir, args.interval)
     return 0
 

@@ -33,11 +33,13 @@ def test_rank0_writer_converts_every_rank(tmp_path: Path) -> None:
     jd = JobDir(tmp_path / "j-tb").create()
     r0 = Reporter(jd, rank=0, tb_flush_secs=0.2)
     r1 = Reporter(jd, rank=1)
-    assert r0._tb is not None and r1._tb is None, "one writer per job, started by rank 0"
+    assert r0._tb is None, "no writer before rank 0 has logged (start-up needs the CPU)"
     r0.log(0, total_steps=30)
     for i in range(30):
         r0.log(i, loss=1.0 / (i + 1))
         r1.log(i, loss=2.0 / (i + 1), lr=0.5)
+    r0.flush()
+    assert r0._tb is not None and r1._tb is None, "one writer per job, started by rank 0"
     r1.close()
     # While the job runs, scalars appear within about a second, without closing.
     deadline = time.monotonic() + 30
@@ -52,6 +54,14 @@ def test_rank0_writer_converts_every_rank(tmp_path: Path) -> None:
     got1 = scalars(jd.tensorboard / "rank-1", "lr")
     assert got1 == [(i, 0.5) for i in range(30)]
     assert scalars(jd.tensorboard, "total_steps") == [], "meta values are not curves"
+
+
+def test_a_job_that_logs_nothing_starts_no_writer(tmp_path: Path) -> None:
+    jd = JobDir(tmp_path / "j-quiet").create()
+    with Reporter(jd, rank=0, tb_flush_secs=0.2) as r0:
+        r0.flush()
+        assert r0._tb is None
+    assert not (jd.logs / "tensorboard-writer.log").exists()
 
 
 def test_catch_up_converts_late_events_once(tmp_path: Path) -> None:

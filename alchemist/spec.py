@@ -72,7 +72,8 @@ class JobSpec:
         max_restarts: how often the whole worker group is restarted after a failure.
         timeout: seconds after which the job is stopped and marked failed; None = no limit.
         outputs: names copied from rank 0 back to the caller after success.
-        global_batch: if set, the per-worker batch is ``global_batch // world_size``.
+        global_batch: if set, the per-worker batch is ``global_batch / world_size`` (a
+            multiple of the world size, so the job trains exactly this batch).
         image: container image (Kubernetes); None = the backend's default.
         entry: what the workers run: ``cell`` (a bundled notebook cell), ``script``
             (a Python file's source) or ``function`` (a pickled callable).
@@ -131,6 +132,13 @@ class JobSpec:
             raise SpecError(
                 f"global_batch {self.global_batch} is smaller than the world size"
                 f" {self.world_size}: every worker needs at least one sample"
+            )
+        if self.global_batch is not None and self.global_batch % self.world_size:
+            lower = self.global_batch - self.global_batch % self.world_size
+            raise SpecError(
+                f"global_batch {self.global_batch} is not a multiple of the world size"
+                f" {self.world_size} (every worker takes the same share):"
+                f" use {lower} or {lower + self.world_size}"
             )
         if self.entry not in ("cell", "script", "function"):
             raise SpecError(f"entry must be cell, script or function, got {self.entry!r}")

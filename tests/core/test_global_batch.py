@@ -57,3 +57,17 @@ def test_global_batch_below_the_world_size_is_one_line_and_submits_nothing(
     )
     assert "Traceback" not in shown and "never runs" not in shown
     assert alchemist.jobs() == []
+
+
+def test_global_batch_not_a_multiple_of_the_world_size_names_the_nearest(
+    ip: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A batch that cannot split evenly is refused rather than trained as a smaller one."""
+    result = ip.run_cell("%%alchemist_distributed -n 2 --global-batch 65\nprint('never runs')\n")
+    assert isinstance(result.error_in_exec, UsageError)
+    captured = capsys.readouterr()
+    shown = captured.out + captured.err
+    assert "global_batch 65 is not a multiple of the world size 2" in shown
+    assert "use 64 or 66" in shown
+    assert "Traceback" not in shown and "never runs" not in shown
+    assert alchemist.jobs() == []

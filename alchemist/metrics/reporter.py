@@ -228,7 +228,9 @@ class Reporter:
         # One write: an O_APPEND write from one host lands whole, so a forked child's
         # events never split this batch's lines (other ranks write other files).
         os.write(self._fd, "".join(lines).encode())
-        if self._tb_wanted and self.job_dir is not None:
+        # Not while closing: a rank being cancelled must not spawn a process; events
+        # left unconverted are converted when TensorBoard opens (tbwriter.catch_up).
+        if self._tb_wanted and self.job_dir is not None and not self._closed:
             self._tb_wanted = False
             self._tb = _start_tb_writer(self.job_dir, self._tb_interval)
 

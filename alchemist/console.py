@@ -66,8 +66,7 @@ class LogFollower:
     def follow(self, poll: float = 0.25, until_terminal: bool = True) -> JobStatus:
         """Print lines as they come until the job ends; returns its final status."""
         while True:
-            status = self.job.status()
-            self.drain()
+            status = self._poll()
             if status.state.is_terminal or not until_terminal:
                 self.drain()  # lines written just before the end
                 return status
@@ -76,12 +75,17 @@ class LogFollower:
     async def follow_async(self, poll: float = 0.25) -> JobStatus:
         """:meth:`follow` for an awaiting cell (the kernel stays free between polls)."""
         while True:
-            status = self.job.status()
-            self.drain()
+            status = self._poll()
             if status.state.is_terminal:
-                self.drain()
+                self.drain()  # lines written just before the end
                 return status
             await asyncio.sleep(poll)
+
+    def _poll(self) -> JobStatus:
+        """The job's status, read before printing what is new (so no line is missed)."""
+        status = self.job.status()
+        self.drain()
+        return status
 
     def summary(self) -> str | None:
         if not self.cut:

@@ -167,49 +167,27 @@ class AlchemistMagics(Magics):
 
     def _watch(self, job: client.Job, max_lines: int, use_widget: bool = True) -> Any:
         """Show the job until it ends; Ctrl-C (interrupt) cancels it and says so."""
-        monitor = None
-        if use_widget and _in_widget_frontend():
-            monitor = _make_monitor(job)
-        follower = LogFollower(job, print, max_lines=max_lines)
+        monitor, follower = _viewers(job, max_lines, use_widget)
         try:
             status = monitor.follow() if monitor is not None else follower.follow()
         except KeyboardInterrupt:
-            job.cancel()
-            print(f"interrupted: job {job.id} cancelled", file=sys.stderr)
-            return job.status()
-        if monitor is None:
-            summary = follower.summary()
-            if summary:
-                print(summary)
-            print(status_line(job, status))
-        return status
+            return _interrupted(job, monitor)
+        return _ended(job, status, monitor, follower)
 
     async def _watch_async(self, job: client.Job, max_lines: int, use_widget: bool) -> Any:
         """:meth:`_watch` for an awaiting cell: the kernel handles the monitor's buttons.
 
         An interrupt reaches an awaiting cell as ``CancelledError`` at its next await.
         """
-        monitor = None
-        if use_widget and _in_widget_frontend():
-            monitor = _make_monitor(job)
-        follower = LogFollower(job, print, max_lines=max_lines)
+        monitor, follower = _viewers(job, max_lines, use_widget)
         try:
             if monitor is not None:
                 status = await monitor.follow_async()
             else:
                 status = await follower.follow_async()
         except (KeyboardInterrupt, asyncio.CancelledError):
-            job.cancel()
-            if monitor is not None:
-                monitor.update()
-            print(f"interrupted: job {job.id} cancelled", file=sys.stderr)
-            return job.status()
-        if monitor is None:
-            summary = follower.summary()
-            if summary:
-                print(summary)
-            print(status_line(job, status))
-        return status
+            return _interrupted(job, monitor)
+        return _ended(job, status, monitor, follower)
 
     # -- line magics ---------------------------------------------------------------------
     @magic_arguments()
@@ -329,6 +307,31 @@ def format_jobs_table(jobs: list[client.Job]) -> str:
         "  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1]
         for r in rows
     ).rstrip()
+
+
+def _viewers(job: client.Job, max_lines: int, use_widget: bool) -> tuple[Any, LogFollower]:
+    """The live monitor (None where widgets cannot show) and the text follower of a job."""
+    monitor = _make_monitor(job) if use_widget and _in_widget_frontend() else None
+    return monitor, LogFollower(job, print, max_lines=max_lines)
+
+
+def _interrupted(job: client.Job, monitor: Any) -> JobStatus:
+    """Cancel the job of an interrupted cell, show it, and say so."""
+    job.cancel()
+    if monitor is not None:
+        monitor.update()
+    print(f"interrupted: job {job.id} cancelled", file=sys.stderr)
+    return job.status()
+
+
+def _ended(job: client.Job, status: JobStatus, monitor: Any, follower: LogFollower) -> JobStatus:
+    """The text view's last lines (the monitor shows the end itself); ``status``."""
+    if monitor is None:
+        summary = follower.summary()
+        if summary:
+            print(summary)
+        print(status_line(job, status))
+    return status
 
 
 def _outputs(args: Any) -> list[str]:

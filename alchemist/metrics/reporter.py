@@ -36,7 +36,8 @@ Guarantees:
 - TensorBoard scalars are never written on the training thread nor in the training
   process: rank 0's reporter starts :mod:`alchemist.metrics.tbwriter` as a child
   process (niced, once rank 0 first writes events), which converts every rank's
-  events from their files into event files about once a second (rank 0: ``<job_dir>/tensorboard/``, TensorBoard's run ``.``;
+  events from their files into event files about once a second (rank 0:
+  ``<job_dir>/tensorboard/``, TensorBoard's run ``.``;
   rank ``r > 0``: ``<job_dir>/tensorboard/rank-<r>/``; the tag is the metric name).
   ``close`` on rank 0 waits for it to convert what is left. (Measured: writing them on
   a thread of the training process cost +12 % CPU on a 5 ms step; see tbwriter.)
@@ -145,7 +146,6 @@ class Reporter:
         # the ranks need every core (measured: +0.5 s to the first step on 2 cores), and
         # a job that logs nothing needs no writer.
         self._tb_wanted = tensorboard and rank == 0
-        self._tb_interval = tb_flush_secs
 
     @property
     def path(self) -> Path | None:

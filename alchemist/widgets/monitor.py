@@ -545,14 +545,8 @@ class JobMonitor:
         Returns:
             The job's status at the end (terminal unless the timeout expired).
         """
-        self.stop()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            self.update()
-            if self.data.finished_reading:
-                break
-            if deadline is not None and time.monotonic() >= deadline:
-                break
+        deadline = self._start_following(timeout)
+        while not self._followed(deadline):
             time.sleep(self.interval)
         return self.data.status
 
@@ -564,16 +558,22 @@ class JobMonitor:
         this in a Jupyter kernel), the loop stays free between updates and ipykernel
         dispatches the Cancel and TensorBoard clicks while the cell runs.
         """
-        self.stop()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            self.update()
-            if self.data.finished_reading:
-                break
-            if deadline is not None and time.monotonic() >= deadline:
-                break
+        deadline = self._start_following(timeout)
+        while not self._followed(deadline):
             await asyncio.sleep(self.interval)
         return self.data.status
+
+    def _start_following(self, timeout: float | None) -> float | None:
+        """Stop the background updates (this caller updates now); the deadline."""
+        self.stop()
+        return None if timeout is None else time.monotonic() + timeout
+
+    def _followed(self, deadline: float | None) -> bool:
+        """Update once; whether following is over (all read, or the deadline passed)."""
+        self.update()
+        if self.data.finished_reading:
+            return True
+        return deadline is not None and time.monotonic() >= deadline
 
     def stop(self) -> None:
         """Stop the background updates (the job goes on). Idempotent."""

@@ -29,6 +29,14 @@ from alchemist.metrics.reader import (
 from alchemist.metrics.reporter import Reporter, get_reporter, reporter_from_env, set_reporter
 
 
+def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Kill the writer processes still running and reap every one."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
 def make_job(tmp_path: Path, job_id: str = "j-test") -> JobDir:
     return JobDir(tmp_path / job_id).create()
 
@@ -223,10 +231,7 @@ def test_concurrent_writers_while_reading(tmp_path: Path) -> None:
                 break
             time.sleep(0.005)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
+        _stop_all(procs)
     assert all(p.returncode == 0 for p in procs)
     assert reader.skipped == 0
     by_rank: dict[int, list[int]] = {}
@@ -420,10 +425,7 @@ def test_rank_writers_and_a_polling_reader_that_restarts_see_every_event_once(
                 break
             time.sleep(0.003)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
+        _stop_all(procs)
     assert [p.returncode for p in procs] == [0, 0]
     assert restarts > 2
     assert len(seen) == len(set(seen)), "no event twice"

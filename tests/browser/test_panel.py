@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -255,7 +256,12 @@ def wait_for_curve(page: Any, metric: str, rgb: tuple[int, int, int], pixels: in
 
 def test_run_as_job_from_the_file_browser_fills_the_form(page: Any) -> None:
     page.locator('.jp-SideBar .lm-TabBar-tab[data-id="filebrowser"]').click()
-    page.locator(".jp-DirListing-item", has_text="train.py").click(button="right")
+    item = page.locator(".jp-DirListing-item", has_text="train.py")
+    # select it first, as a user's click does: the command runs the selected file, and a
+    # right-click alone raced the listing's re-render (the open notebook stayed selected)
+    item.click()
+    expect(item).to_have_class(re.compile(r"\bjp-mod-selected\b"))
+    item.click(button="right")
     page.locator(".lm-Menu-item", has_text="Run as Alchemist Job").click()
     path = page.locator("#alchemist-panel input[name=path]")
     path.wait_for()

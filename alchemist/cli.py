@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from alchemist import client
 from alchemist.console import LogFollower, status_line
 from alchemist.errors import AlchemistError
+from alchemist.runtime.algorithms.options import describe as describe_options
 from alchemist.spec import ALGORITHMS, JobState
 
 
@@ -42,7 +44,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=float, default=None)
     s.add_argument("--env", action="append", metavar="K=V")
     s.add_argument("--algorithm", default="sync", choices=ALGORITHMS)
-    s.add_argument("--algorithm-option", action="append", metavar="K=V")
+    s.add_argument(
+        "--algorithm-option",
+        action="append",
+        metavar="K=V",
+        help="algorithm parameter (repeatable); with their defaults: "
+        + "; ".join(describe_options().splitlines()),
+    )
     s.add_argument("--global-batch", type=int, default=None)
     s.add_argument("--detach", action="store_true", help="print the job id and return")
     s.add_argument("--dry-run", action="store_true", help="print what would run; submit nothing")
@@ -80,12 +88,18 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return _run(args)
+        code = _run(args)
+        sys.stdout.flush()  # inside the try: a reader that left is seen here
+        return code
     except AlchemistError as e:
         print(f"alchemist: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `alchemist logs J | head`: the reader left; not an error
+        # Point stdout at devnull so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from alchemist import client
 from alchemist.console import DEFAULT_MAX_LINES, LogFollower, status_line
 from alchemist.errors import AlchemistError
+from alchemist.runtime.algorithms.options import describe as describe_options
 from alchemist.spec import ALGORITHMS, JobState, JobStatus
 
 
@@ -79,7 +80,8 @@ class AlchemistMagics(Magics):
         "--algorithm-option",
         action="append",
         metavar="K=V",
-        help="algorithm parameter (repeatable)",
+        help="algorithm parameter (repeatable); with their defaults: "
+        + "; ".join(describe_options().splitlines()),
     )
     @argument("--global-batch", type=int, default=None, help="global batch over all ranks")
     @argument("--image", default=None, help="container image (kubernetes backend)")

@@ -118,6 +118,14 @@ class JobSpec:
             raise SpecError(
                 f"algorithm {self.algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}"
             )
+        if not isinstance(self.algorithm_options, dict):
+            raise SpecError(
+                f"algorithm_options must be a mapping of names to values,"
+                f" got {self.algorithm_options!r}"
+            )
+        from alchemist.runtime.algorithms.options import check
+
+        check(self.algorithm, self.algorithm_options)  # the ranks apply the same check
         if not isinstance(self.max_restarts, int) or self.max_restarts < 0:
             raise SpecError(f"max_restarts must be 0 or more, got {self.max_restarts!r}")
         if self.timeout is not None and not self.timeout > 0:

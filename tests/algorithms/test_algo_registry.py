@@ -55,16 +55,45 @@ def test_world_size_one_is_plain_local_training(name: str) -> None:
         ("async", {"log_every": -1}, "log_every must be an integer"),
         ("horovod", {"compression": "int8"}, "compression must be none or fp16"),
         ("sync", {"bucket_cap_mb": 0}, "bucket_cap_mb must be a number"),
+        ("sync", {"static_graph": "yes"}, "static_graph must be true or false"),
+        ("horovod", {"op": "max"}, "op must be average, sum or adasum, got 'max'"),
+        ("bmuf", {"block_lr": True}, "block_lr must be a number"),
     ],
 )
-def test_bad_options_are_one_clear_line(
+def test_bad_options_are_one_clear_line_at_submit_and_on_the_ranks(
     name: str, options: dict[str, object], message: str
 ) -> None:
+    """The spec check (at submit) and the rank's check (in ``wrap``) say the same."""
+    with pytest.raises(SpecError, match=message):
+        JobSpec(name="j", algorithm=name, algorithm_options=options).validate()
     model = torch.nn.Linear(3, 1)
     with pytest.raises(SpecError, match=message):
         algorithms.get(name).wrap(
             model, torch.optim.SGD(model.parameters(), lr=0.1), ALONE, **options
         )
+
+
+def test_every_default_passes_its_own_check_and_is_shown_in_help() -> None:
+    shown = algorithms.describe()
+    for name, defaults in algorithms.ALGORITHM_DEFAULTS.items():
+        assert algorithms.check(name, {}) == defaults
+        line = next(x for x in shown.splitlines() if x.startswith(f"{name}: "))
+        assert [part.split("=")[0] for part in line.removeprefix(f"{name}: ").split(", ")] == list(
+            defaults
+        )
+
+
+@pytest.mark.parametrize(
+    ("name", "key", "world", "value"),
+    [("bmuf", "block_momentum", 4, 0.75), ("easgd", "moving_rate", 3, 0.3)],
+)
+def test_derived_defaults_follow_the_world_size(
+    name: str, key: str, world: int, value: float
+) -> None:
+    """BMUF's η = 1 − 1/N (Chen & Huo) and EASGD's α = 0.9/N (Zhang et al.); a given value wins."""
+    assert algorithms.check(name, {}, world)[key] == pytest.approx(value)
+    assert algorithms.check(name, {key: 0.5}, world)[key] == 0.5
+    assert algorithms.check(name, {})[key] is None  # at submit N may not be final
 
 
 def test_horovod_missing_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:

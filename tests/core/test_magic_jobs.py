@@ -107,6 +107,14 @@ def test_dry_run_prints_the_command_env_and_bundle_and_submits_nothing(
         ("--env NOVALUE", "--env expects KEY=VALUE"),
         ("--backend nosuch", "unknown backend 'nosuch'"),
         ("-o not-a-name", "is not a Python variable name"),
+        (
+            "--algorithm bmuf --algorithm-option blok_size=4",
+            r"unknown option\(s\) blok_size for algorithm 'bmuf'; valid options: block_lr,",
+        ),
+        (
+            "--algorithm easgd --algorithm-option moving_rate=2",
+            r"easgd option moving_rate must be a number in \[0, 1\], got 2",
+        ),
     ],
 )
 def test_bad_flags_are_one_usage_error_and_submit_nothing(ip: Any, line: str, message: str) -> None:
@@ -234,3 +242,34 @@ def test_cli_submits_a_script_and_lists_logs_and_metrics(
     assert "is not a metrics cursor" in capsys.readouterr().err
     assert main(["cancel", "nosuchjob"]) == 2
     assert "no job 'nosuchjob'" in capsys.readouterr().err
+    # A misspelt algorithm option is one line at submit, before anything runs.
+    assert main(["submit", str(script), "--algorithm-option", "bucket_cap=1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("alchemist: error: unknown option(s) bucket_cap for algorithm 'sync'")
+    assert len(err.splitlines()) == 1
+    assert [j.id for j in alchemist.jobs()] == [job.id]
+
+
+def test_cli_output_into_a_closed_pipe_is_not_a_traceback(tmp_path: Any) -> None:
+    """``alchemist jobs | head -1``: the reader leaves early; the CLI exits quietly.
+
+    The pipe's read end is closed before the CLI starts, so every write fails (no race).
+    """
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "alchemist.cli", "jobs"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write)
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+    assert done.returncode == 141

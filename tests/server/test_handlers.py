@@ -346,6 +346,9 @@ async def test_submit_reports_spec_and_bundle_errors_as_400(api: Api, root: Path
     assert code == 400 and "algorithm" in body["message"]
     code, body = await api("POST", "jobs", body={"path": "train.py", "workers": 0})
     assert code == 400 and "workers" in body["message"]
+    bad = {"path": "train.py", "algorithm": "bmuf", "algorithm_options": {"block_size": 0}}
+    code, body = await api("POST", "jobs", body=bad)
+    assert code == 400 and "block_size must be an integer in [1," in body["message"]
     code, body = await api("POST", "jobs", body={"path": "broken.py"})
     assert code == 400, body
     code, listing = await api("GET", "jobs")

@@ -16,9 +16,10 @@ easgd      elastic averaging SGD (Zhang et al.)             :mod:`.easgd`
 horovod    Horovod's DistributedOptimizer                   :mod:`.horovod`
 =========  ===============================================  ===========================
 
-:data:`ALGORITHM_DEFAULTS` lists every option of every algorithm with its default (the
-papers' recommended settings); it imports no torch, so the CLI and the magics can show
-it. ``None`` means "derived from the world size" (documented per algorithm).
+:mod:`.options` holds every option of every algorithm: its default (the papers'
+recommended settings; ``None`` means "derived from the world size"), its type and its
+valid values. It imports no torch: a job's options are checked with :func:`check` when
+it is submitted, and again, by the same function, when a rank wraps the model.
 """
 
 from __future__ import annotations
@@ -26,42 +27,9 @@ from __future__ import annotations
 import importlib
 import sys
 from types import ModuleType
-from typing import Any
 
 from alchemist.errors import SpecError
-
-#: Every option of every algorithm and its default.
-ALGORITHM_DEFAULTS: dict[str, dict[str, Any]] = {
-    "sync": {
-        "bucket_cap_mb": 25.0,
-        "find_unused_parameters": False,
-        "gradient_as_bucket_view": False,
-        "static_graph": False,
-    },
-    "async": {
-        "log_every": 10,
-        "finish_timeout": 600.0,
-        "request_timeout": 300.0,
-    },
-    "bmuf": {
-        "block_size": 16,
-        "block_momentum": None,  # 1 − 1/N
-        "block_lr": 1.0,
-        "nesterov": True,
-    },
-    "easgd": {
-        "moving_rate": None,  # 0.9 / N
-        "communication_period": 10,
-        "finish_timeout": 600.0,
-        "request_timeout": 300.0,
-    },
-    "horovod": {
-        "backward_passes_per_step": 1,
-        "compression": "none",
-        "op": "average",
-        "gradient_predivide_factor": 1.0,
-    },
-}
+from alchemist.runtime.algorithms.options import ALGORITHM_DEFAULTS, check, describe
 
 _MODULES = {
     "sync": "sync",
@@ -100,4 +68,4 @@ def finish_all() -> None:
         base.finish_all()
 
 
-__all__ = ["ALGORITHM_DEFAULTS", "finish_all", "get", "names"]
+__all__ = ["ALGORITHM_DEFAULTS", "check", "describe", "finish_all", "get", "names"]

@@ -1,4 +1,4 @@
-"""What every algorithm shares: the context it needs, option checking, the optimizer wrapper.
+"""What every algorithm shares: the rank context and the optimizer wrapper.
 
 The wrapped optimizer is a real :class:`torch.optim.Optimizer` that shares its
 ``param_groups`` and ``state`` with the user's optimizer (the pattern of Horovod's
@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import atexit
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import torch
-
-from alchemist.errors import SpecError
 
 
 class RankContext(Protocol):
@@ -32,36 +30,6 @@ class RankContext(Protocol):
 
     @property
     def device(self) -> Any: ...
-
-
-def resolve_options(
-    algorithm: str, defaults: Mapping[str, Any], options: Mapping[str, Any]
-) -> dict[str, Any]:
-    """Merge ``options`` over ``defaults``; an unknown option is a :class:`SpecError`.
-
-    Raises:
-        SpecError: naming the unknown option and the valid ones.
-    """
-    unknown = sorted(set(options) - set(defaults))
-    if unknown:
-        valid = ", ".join(sorted(defaults)) or "none"
-        raise SpecError(
-            f"unknown option(s) {', '.join(unknown)} for algorithm {algorithm!r};"
-            f" valid options: {valid}"
-        )
-    return {**defaults, **options}
-
-
-def check_range(
-    algorithm: str, name: str, value: Any, low: float, high: float, *, integer: bool = False
-) -> None:
-    """Raise :class:`SpecError` unless ``low <= value <= high`` (an int when ``integer``)."""
-    kind = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind) or not low <= value <= high:
-        what = "an integer" if integer else "a number"
-        raise SpecError(
-            f"{algorithm} option {name} must be {what} in [{low}, {high}], got {value!r}"
-        )
 
 
 class WrappedOptimizer(torch.optim.Optimizer):

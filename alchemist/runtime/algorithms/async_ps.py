@@ -39,15 +39,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from alchemist.runtime.algorithms import ALGORITHM_DEFAULTS, _ps
+from alchemist.runtime.algorithms import ALGORITHM_DEFAULTS, _ps, check
 from alchemist.runtime.algorithms._base import (
     RankContext,
     WrappedOptimizer,
-    check_range,
     flat,
     log_metrics,
     params_of,
-    resolve_options,
     unflat_into,
 )
 
@@ -233,10 +231,7 @@ def wrap(
     Raises:
         SpecError: an unknown or out-of-range option.
     """
-    opts = resolve_options(NAME, DEFAULTS, options)
-    check_range(NAME, "log_every", opts["log_every"], 0, 10**9, integer=True)
-    check_range(NAME, "finish_timeout", opts["finish_timeout"], 0, 10**7)
-    check_range(NAME, "request_timeout", opts["request_timeout"], 0.001, 10**7)
+    opts = check(NAME, options, ctx.world_size)
     if ctx.world_size == 1:
         return model, optimizer
     wrapped = AsyncOptimizer(

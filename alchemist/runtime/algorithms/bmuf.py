@@ -34,14 +34,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from alchemist.runtime.algorithms import ALGORITHM_DEFAULTS
-from alchemist.runtime.algorithms._base import (
-    RankContext,
-    WrappedOptimizer,
-    check_range,
-    params_of,
-    resolve_options,
-)
+from alchemist.runtime.algorithms import ALGORITHM_DEFAULTS, check
+from alchemist.runtime.algorithms._base import RankContext, WrappedOptimizer, params_of
 
 NAME = "bmuf"
 DEFAULTS = ALGORITHM_DEFAULTS[NAME]
@@ -139,24 +133,14 @@ def wrap(
     Raises:
         SpecError: an unknown or out-of-range option.
     """
-    opts = resolve_options(NAME, DEFAULTS, options)
-    momentum = opts["block_momentum"]
-    if momentum is None:
-        momentum = 1.0 - 1.0 / max(1, ctx.world_size)
-    check_range(NAME, "block_size", opts["block_size"], 1, 10**9, integer=True)
-    check_range(NAME, "block_momentum", momentum, 0.0, 0.999999)
-    check_range(NAME, "block_lr", opts["block_lr"], 1e-12, 1e6)
-    if not isinstance(opts["nesterov"], bool):
-        from alchemist.errors import SpecError
-
-        raise SpecError(f"bmuf option nesterov must be true or false, got {opts['nesterov']!r}")
+    opts = check(NAME, options, ctx.world_size)
     if ctx.world_size == 1:
         return model, optimizer
     wrapped = BMUFOptimizer(
         optimizer,
         ctx,
         block_size=opts["block_size"],
-        block_momentum=float(momentum),
+        block_momentum=float(opts["block_momentum"]),
         block_lr=float(opts["block_lr"]),
         nesterov=opts["nesterov"],
     )

@@ -32,22 +32,18 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from alchemist.runtime.algorithms import ALGORITHM_DEFAULTS, _ps
+from alchemist.runtime.algorithms import ALGORITHM_DEFAULTS, _ps, check
 from alchemist.runtime.algorithms._base import (
     RankContext,
     WrappedOptimizer,
-    check_range,
     flat,
     params_of,
-    resolve_options,
     unflat_into,
 )
 
 NAME = "easgd"
 DEFAULTS = ALGORITHM_DEFAULTS[NAME]
 SERVER_RANK = 0
-#: β = p·α of the paper, kept constant as the number of workers p changes.
-BETA = 0.9
 
 
 class ElasticServer(_ps.ParameterServer):
@@ -176,20 +172,13 @@ def wrap(
     Raises:
         SpecError: an unknown or out-of-range option.
     """
-    opts = resolve_options(NAME, DEFAULTS, options)
-    alpha = opts["moving_rate"]
-    if alpha is None:
-        alpha = BETA / max(1, ctx.world_size)
-    check_range(NAME, "moving_rate", alpha, 0.0, 1.0)
-    check_range(NAME, "communication_period", opts["communication_period"], 1, 10**9, integer=True)
-    check_range(NAME, "finish_timeout", opts["finish_timeout"], 0, 10**7)
-    check_range(NAME, "request_timeout", opts["request_timeout"], 0.001, 10**7)
+    opts = check(NAME, options, ctx.world_size)
     if ctx.world_size == 1:
         return model, optimizer
     wrapped = EASGDOptimizer(
         optimizer,
         ctx,
-        moving_rate=float(alpha),
+        moving_rate=float(opts["moving_rate"]),
         communication_period=opts["communication_period"],
         finish_timeout=float(opts["finish_timeout"]),
         request_timeout=float(opts["request_timeout"]),

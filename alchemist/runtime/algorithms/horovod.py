@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-from alchemist.errors import BackendError, SpecError
-from alchemist.runtime.algorithms import ALGORITHM_DEFAULTS
-from alchemist.runtime.algorithms._base import RankContext, check_range, resolve_options
+from alchemist.errors import BackendError
+from alchemist.runtime.algorithms import ALGORITHM_DEFAULTS, check
+from alchemist.runtime.algorithms._base import RankContext
 
 NAME = "horovod"
 DEFAULTS = ALGORITHM_DEFAULTS[NAME]
@@ -53,17 +53,7 @@ def wrap(
         SpecError: an unknown or invalid option.
         BackendError: Horovod is not installed.
     """
-    opts = resolve_options(NAME, DEFAULTS, options)
-    check_range(
-        NAME, "backward_passes_per_step", opts["backward_passes_per_step"], 1, 10**6, integer=True
-    )
-    check_range(NAME, "gradient_predivide_factor", opts["gradient_predivide_factor"], 1e-9, 1e9)
-    if opts["compression"] not in ("none", "fp16"):
-        raise SpecError(
-            f"horovod option compression must be none or fp16, got {opts['compression']!r}"
-        )
-    if opts["op"] not in ("average", "sum", "adasum"):
-        raise SpecError(f"horovod option op must be average, sum or adasum, got {opts['op']!r}")
+    opts = check(NAME, options, ctx.world_size)
     if ctx.world_size == 1:
         return model, optimizer
     hvd = import_horovod()

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from alchemist.runtime.algorithms import ALGORITHM_DEFAULTS
-from alchemist.runtime.algorithms._base import RankContext, check_range, resolve_options
+from alchemist.runtime.algorithms import ALGORITHM_DEFAULTS, check
+from alchemist.runtime.algorithms._base import RankContext
 
 NAME = "sync"
 DEFAULTS = ALGORITHM_DEFAULTS[NAME]
@@ -34,8 +34,7 @@ def wrap(
     Raises:
         SpecError: an unknown or out-of-range option.
     """
-    opts = resolve_options(NAME, DEFAULTS, options)
-    check_range(NAME, "bucket_cap_mb", opts["bucket_cap_mb"], 0.001, 1e6)
+    opts = check(NAME, options, ctx.world_size)
     if ctx.world_size == 1:
         return model, optimizer
     device = torch.device(ctx.device)

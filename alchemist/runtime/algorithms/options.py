@@ -1,0 +1,181 @@
+"""Every algorithm's options: default, type, valid values, and checking them.
+
+This module imports no torch. A spec's ``algorithm_options`` are checked with
+:func:`check` when the job is submitted (``JobSpec.validate``: the magics, the Python
+API, the CLI, the REST API and the panel), and each rank checks with the same function
+when it wraps the model, so a misspelt or out-of-range option is one line at submit
+instead of a failed job, and the two checks cannot drift apart.
+
+The defaults are the papers' recommended settings. Two are derived from the world size
+N when not given: BMUF's block momentum 1 − 1/N (Chen & Huo 2016) and EASGD's moving
+rate 0.9/N (Zhang et al. 2015, β = 0.9).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from alchemist.errors import SpecError
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: its default, its type, and what values it accepts.
+
+    ``kind`` is ``int``, ``float`` (an int is accepted too), ``bool`` or ``str``; numbers
+    must lie in ``[low, high]``, strings in ``choices``. A ``derived`` option has default
+    None and its value follows from the world size (``derived`` says how).
+    """
+
+    default: Any
+    kind: type
+    help: str
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+    derived: str = ""
+
+
+_TIMEOUTS = {
+    "finish_timeout": Option(
+        600.0, float, "seconds the server waits for the other workers at the end", 0, 1e7
+    ),
+    "request_timeout": Option(300.0, float, "seconds one request may take", 0.001, 1e7),
+}
+
+#: Every option of every algorithm, in the order they are documented.
+OPTIONS: dict[str, dict[str, Option]] = {
+    "sync": {
+        "bucket_cap_mb": Option(25.0, float, "DDP all-reduce bucket size in MiB", 0.001, 1e6),
+        "find_unused_parameters": Option(
+            False, bool, "allow parameters that get no gradient in a step"
+        ),
+        "gradient_as_bucket_view": Option(
+            False, bool, "gradients are views into the buckets (saves one copy)"
+        ),
+        "static_graph": Option(False, bool, "the graph is the same every step"),
+    },
+    "async": {
+        "log_every": Option(10, int, "log staleness every this many steps (0: never)", 0, 1e9),
+        **_TIMEOUTS,
+    },
+    "bmuf": {
+        "block_size": Option(16, int, "local steps per block", 1, 1e9),
+        "block_momentum": Option(None, float, "block momentum", 0.0, 0.999999, derived="1 - 1/N"),
+        "block_lr": Option(1.0, float, "block learning rate", 1e-12, 1e6),
+        "nesterov": Option(True, bool, "Nesterov block momentum"),
+    },
+    "easgd": {
+        "moving_rate": Option(None, float, "elastic moving rate alpha", 0.0, 1.0, derived="0.9/N"),
+        "communication_period": Option(10, int, "local steps between exchanges", 1, 1e9),
+        **_TIMEOUTS,
+    },
+    "horovod": {
+        "backward_passes_per_step": Option(1, int, "backward passes accumulated per step", 1, 1e6),
+        "compression": Option("none", str, "gradient compression", choices=("none", "fp16")),
+        "op": Option("average", str, "reduction", choices=("average", "sum", "adasum")),
+        "gradient_predivide_factor": Option(
+            1.0, float, "divide gradients by this before the sum", 1e-9, 1e9
+        ),
+    },
+}
+
+#: Every option of every algorithm and its default (None: derived from the world size).
+ALGORITHM_DEFAULTS: dict[str, dict[str, Any]] = {
+    name: {key: opt.default for key, opt in opts.items()} for name, opts in OPTIONS.items()
+}
+
+#: EASGD's β = p·α (Zhang et al. 2015), kept constant as the number of workers p changes.
+EASGD_BETA = 0.9
+
+_DERIVED = {
+    ("bmuf", "block_momentum"): lambda n: 1.0 - 1.0 / n,
+    ("easgd", "moving_rate"): lambda n: EASGD_BETA / n,
+}
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _alternatives(choices: tuple[str, ...]) -> str:
+    return (
+        " or ".join(choices) if len(choices) < 3 else f"{', '.join(choices[:-1])} or {choices[-1]}"
+    )
+
+
+def _check_value(algorithm: str, key: str, opt: Option, value: Any) -> None:
+    if opt.kind is bool:
+        if not isinstance(value, bool):
+            raise SpecError(f"{algorithm} option {key} must be true or false, got {value!r}")
+        return
+    if opt.kind is str:
+        if value not in opt.choices:
+            raise SpecError(
+                f"{algorithm} option {key} must be {_alternatives(opt.choices)}, got {value!r}"
+            )
+        return
+    assert opt.low is not None and opt.high is not None
+    number = isinstance(value, int) if opt.kind is int else isinstance(value, (int, float))
+    if isinstance(value, bool) or not number or not opt.low <= value <= opt.high:
+        what = "an integer" if opt.kind is int else "a number"
+        raise SpecError(
+            f"{algorithm} option {key} must be {what} in"
+            f" [{_number(opt.low)}, {_number(opt.high)}], got {value!r}"
+        )
+
+
+def check(
+    algorithm: str, options: Mapping[str, Any], world_size: int | None = None
+) -> dict[str, Any]:
+    """``options`` merged over ``algorithm``'s defaults, every given value checked.
+
+    With ``world_size``, derived options left unset (None) get their value from it.
+
+    Raises:
+        SpecError: an unknown algorithm or option (naming the valid ones), or a value of
+            the wrong type or out of range, in one line.
+    """
+    if algorithm not in OPTIONS:
+        raise SpecError(f"algorithm {algorithm!r} is unknown; choose one of {', '.join(OPTIONS)}")
+    rules = OPTIONS[algorithm]
+    unknown = sorted(set(options) - set(rules))
+    if unknown:
+        raise SpecError(
+            f"unknown option(s) {', '.join(unknown)} for algorithm {algorithm!r};"
+            f" valid options: {', '.join(sorted(rules))}"
+        )
+    merged = {**ALGORITHM_DEFAULTS[algorithm], **options}
+    for key, opt in rules.items():
+        value = merged[key]
+        if value is None and opt.derived:
+            if world_size is not None:
+                merged[key] = _DERIVED[algorithm, key](max(1, world_size))
+            continue
+        _check_value(algorithm, key, opt, value)
+    return merged
+
+
+def describe(algorithm: str | None = None) -> str:
+    """The options and their defaults, one algorithm per line (for ``--help``)."""
+    lines = []
+    for name, opts in OPTIONS.items():
+        if algorithm is not None and name != algorithm:
+            continue
+        shown = ", ".join(
+            f"{key}={opt.derived if opt.derived else _show(opt.default)}"
+            for key, opt in opts.items()
+        )
+        lines.append(f"{name}: {shown}")
+    return "\n".join(lines)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return _number(value) if isinstance(value, (int, float)) else str(value)
+
+
+__all__ = ["ALGORITHM_DEFAULTS", "OPTIONS", "Option", "check", "describe"]

@@ -178,6 +178,10 @@ def main(argv: list[str]) -> int:
         status = 0
     except SystemExit as e:
         status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not isinstance(e.code, int) and e.code is not None:
+            print(e.code, file=sys.stderr, flush=True)  # as Python does for sys.exit("why")
+        elif status:
+            print(f"[alchemist] the code called sys.exit({status})", file=sys.stderr, flush=True)
     except AlchemistError as e:
         print(f"[alchemist] error: {e}", file=sys.stderr, flush=True)
         status = _EXIT_USER_ERROR

@@ -57,6 +57,8 @@ from alchemist.errors import (
     UnknownBackendError,
 )
 from alchemist.jobdir import JobDir
+from alchemist.runtime.algorithms.options import check as check_algorithm_options
+from alchemist.spec import ALGORITHMS
 
 #: Root of the versioned API, relative to the server's base URL.
 API_ROOT = "alchemist/api/v1"
@@ -361,8 +363,9 @@ def _check_submit_body(data: dict[str, Any], root_dir: Path) -> tuple[Path, dict
     """Validate a submission body; return the file to run and the client options.
 
     Raises:
-        RouteError: 400 naming the field: unknown, missing, of the wrong type, or a path
-            outside the server's root, missing, or not a .py/.ipynb file.
+        RouteError: 400 naming the field: unknown, missing, of the wrong type, an unknown
+            algorithm or a bad algorithm option, or a path outside the server's root,
+            missing, or not a .py/.ipynb file.
     """
     unknown = sorted(set(data) - set(_SUBMIT_FIELDS))
     if unknown:
@@ -384,6 +387,17 @@ def _check_submit_body(data: dict[str, Any], root_dir: Path) -> tuple[Path, dict
             raise RouteError(
                 400, f"env[{k!r}] must be a string (environment values are text)", "env"
             )
+    algorithm = data.get("algorithm", "sync")
+    if algorithm not in ALGORITHMS:
+        raise RouteError(
+            400,
+            f"algorithm {algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}",
+            "algorithm",
+        )
+    try:
+        check_algorithm_options(algorithm, data.get("algorithm_options") or {})
+    except SpecError as e:
+        raise RouteError(400, str(e), "algorithm_options") from None
     raw_path = data.get("path")
     if not raw_path:
         raise RouteError(400, "path is required: the .py or .ipynb file to run", "path")

@@ -271,6 +271,13 @@ def test_run_as_job_from_the_file_browser_fills_the_form(page: Any) -> None:
 def test_launch_a_two_worker_script_and_watch_it_succeed(page: Any, lab: Lab) -> None:
     fill_form(page, "train.py", 2, "curve-run")
     panel = page.locator("#alchemist-panel")
+    # a misspelt algorithm option: the server's one line, the field marked, nothing run
+    options = panel.locator("textarea[name=algorithm_options]")
+    options.fill("bucket_cap=4")
+    panel.get_by_role("button", name="Dry run").click()
+    panel.locator(".jp-Alchemist-message", has_text="unknown option(s) bucket_cap").wait_for()
+    expect(options).to_have_attribute("aria-invalid", "true")
+    options.fill("bucket_cap_mb=4\nstatic_graph=true")
     panel.get_by_role("button", name="Dry run").click()
     dry = panel.locator(".jp-Alchemist-dryrun")
     dry.filter(has_text="world size 2").wait_for()
@@ -294,6 +301,7 @@ def test_launch_a_two_worker_script_and_watch_it_succeed(page: Any, lab: Lab) ->
 
     # the list shows it, newest first, with its state and the latest loss
     (job,) = lab.api("jobs")["jobs"]
+    assert job["spec"]["algorithm_options"] == {"bucket_cap_mb": 4, "static_graph": True}
     row = panel.locator(f'.jp-Alchemist-job[data-job-id="{job["id"]}"]')
     row.locator(".jp-Alchemist-state", has_text="succeeded").wait_for()
     assert row.locator(".jp-Alchemist-metric").inner_text() == "loss 0.05 @ 19"

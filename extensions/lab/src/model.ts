@@ -256,6 +256,8 @@ export interface ILaunchForm {
   workers: string;
   gpusPerWorker: string;
   algorithm: string;
+  /** The algorithm's options, `KEY=VALUE` a line (`alchemist submit --algorithm-option`). */
+  algorithmOptions: string;
   backend: string;
   name: string;
   env: string;
@@ -267,10 +269,14 @@ export interface ISubmitBody {
   workers: number;
   gpus_per_worker: number;
   algorithm: string;
+  algorithm_options?: Record<string, OptionValue>;
   backend: string;
   name?: string;
   env: Record<string, string>;
 }
+
+/** An algorithm option's value, as the magics and the CLI read it from text. */
+export type OptionValue = string | number | boolean;
 
 export type FormResult =
   | { ok: true; body: ISubmitBody }
@@ -302,6 +308,49 @@ export function parseEnv(text: string): { env: Record<string, string> } | { erro
     env[key] = line.slice(eq + 1);
   }
   return { env };
+}
+
+const NUMBER = /^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/;
+
+/**
+ * Parse algorithm options typed one `KEY=VALUE` a line, with the magics' reading of
+ * values: `true`/`false` are booleans, numbers are numbers, anything else is text.
+ * The server checks names and ranges (one set of rules: alchemist/runtime/algorithms/options.py).
+ */
+export function parseAlgorithmOptions(
+  text: string
+): { options: Record<string, OptionValue> } | { error: string } {
+  const parsed = parseEnv(text);
+  if ('error' in parsed) {
+    // the same KEY=VALUE lines as the environment, so the same parser; say "option"
+    return { error: parsed.error.replace('variable name', 'option name') };
+  }
+  const options: Record<string, OptionValue> = {};
+  for (const [key, raw] of Object.entries(parsed.env)) {
+    const value = raw.trim();
+    const low = value.toLowerCase();
+    if (low === 'true' || low === 'false') {
+      options[key] = low === 'true';
+    } else {
+      options[key] = NUMBER.test(value) ? Number(value) : value;
+    }
+  }
+  return { options };
+}
+
+/** The form field a server error names (`field` of a 400 reply), if the form has it. */
+export function formFieldOf(serverField: unknown): keyof ILaunchForm | undefined {
+  const fields: Record<string, keyof ILaunchForm> = {
+    path: 'path',
+    workers: 'workers',
+    gpus_per_worker: 'gpusPerWorker',
+    algorithm: 'algorithm',
+    algorithm_options: 'algorithmOptions',
+    backend: 'backend',
+    name: 'name',
+    env: 'env'
+  };
+  return typeof serverField === 'string' ? fields[serverField] : undefined;
 }
 
 function parseCount(text: string, min: number): number | undefined {
@@ -344,6 +393,10 @@ export function validateForm(form: ILaunchForm): FormResult {
       message: `choose one of ${ALGORITHMS.join(', ')}`
     };
   }
+  const algorithmOptions = parseAlgorithmOptions(form.algorithmOptions);
+  if ('error' in algorithmOptions) {
+    return { ok: false, field: 'algorithmOptions', message: algorithmOptions.error };
+  }
   if (!form.backend.trim()) {
     return { ok: false, field: 'backend', message: 'choose a backend' };
   }
@@ -369,6 +422,9 @@ export function validateForm(form: ILaunchForm): FormResult {
   };
   if (name) {
     body.name = name;
+  }
+  if (Object.keys(algorithmOptions.options).length) {
+    body.algorithm_options = algorithmOptions.options;
   }
   return { ok: true, body };
 }

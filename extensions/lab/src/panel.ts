@@ -22,6 +22,7 @@ import {
   describeLatest,
   elapsedSeconds,
   filterAndSort,
+  formFieldOf,
   formatElapsed,
   isTerminal,
   validateForm
@@ -161,7 +162,7 @@ export class AlchemistPanel extends Widget {
       this._formMessage.clear();
     } catch (error) {
       this._dryrun.textContent = '';
-      this._formMessage.error(messageOf(error));
+      this._showFormError(error);
     }
   }
 
@@ -180,7 +181,7 @@ export class AlchemistPanel extends Widget {
       this._host.openJob(job.id);
       return job;
     } catch (error) {
-      this._formMessage.error(messageOf(error));
+      this._showFormError(error);
       return undefined;
     } finally {
       this._submitButton.disabled = false;
@@ -206,6 +207,7 @@ export class AlchemistPanel extends Widget {
       workers: this._inputs.workers.value,
       gpusPerWorker: this._inputs.gpusPerWorker.value,
       algorithm: this._inputs.algorithm.value,
+      algorithmOptions: this._inputs.algorithmOptions.value,
       backend: this._inputs.backend.value,
       name: this._inputs.name.value,
       env: this._inputs.env.value
@@ -220,6 +222,18 @@ export class AlchemistPanel extends Widget {
       return undefined;
     }
     return result.body;
+  }
+
+  /** A failed dry run or submit: the server's line, and its field marked invalid. */
+  private _showFormError(error: unknown): void {
+    const field =
+      error instanceof ApiError
+        ? formFieldOf((error.failure.json as { field?: unknown } | undefined)?.field)
+        : undefined;
+    if (field) {
+      this._inputs[field].setAttribute('aria-invalid', 'true');
+    }
+    this._formMessage.error(messageOf(error));
   }
 
   private _fillDefaults(): void {
@@ -252,6 +266,12 @@ export class AlchemistPanel extends Widget {
         value: 0
       }),
       algorithm: select('algorithm', ALGORITHMS),
+      algorithmOptions: h('textarea', {
+        name: 'algorithm_options',
+        class: 'jp-mod-styled',
+        rows: 2,
+        placeholder: 'KEY=VALUE, one a line (e.g. block_size=32); empty: the defaults'
+      }),
       backend: select('backend', BACKENDS),
       name: h('input', { name: 'name', class: 'jp-mod-styled', placeholder: 'optional' }),
       env: h('textarea', {
@@ -290,6 +310,7 @@ export class AlchemistPanel extends Widget {
         field('Algorithm', this._inputs.algorithm),
         field('Backend', this._inputs.backend)
       ),
+      field('Algorithm options', this._inputs.algorithmOptions),
       field('Name', this._inputs.name),
       field('Environment', this._inputs.env),
       h('div', { class: 'jp-Alchemist-buttons' }, dryButton, this._submitButton),
@@ -385,6 +406,7 @@ export class AlchemistPanel extends Widget {
     workers: HTMLInputElement;
     gpusPerWorker: HTMLInputElement;
     algorithm: HTMLSelectElement;
+    algorithmOptions: HTMLTextAreaElement;
     backend: HTMLSelectElement;
     name: HTMLInputElement;
     env: HTMLTextAreaElement;

@@ -15,7 +15,9 @@ import {
   explainFailure,
   filterAndSort,
   formatElapsed,
+  formFieldOf,
   formatNumber,
+  parseAlgorithmOptions,
   parseEnv,
   pickMainMetric,
   validateForm
@@ -186,6 +188,7 @@ describe('launch form', () => {
     workers: '2',
     gpusPerWorker: '0',
     algorithm: 'sync',
+    algorithmOptions: '',
     backend: 'local',
     name: '',
     env: 'A=1\n# comment\n\nB = x=y\n'
@@ -204,6 +207,32 @@ describe('launch form', () => {
     });
   });
 
+  it('sends algorithm options typed as the magics read them', () => {
+    const r = validateForm({
+      ...good,
+      algorithm: 'bmuf',
+      algorithmOptions:
+        'block_size=32\nnesterov=False\nblock_lr = 0.5\n# note\nblock_momentum=1e-1\n'
+    });
+    assert.ok(r.ok);
+    assert.deepEqual(r.body.algorithm_options, {
+      block_size: 32,
+      nesterov: false,
+      block_lr: 0.5,
+      block_momentum: 0.1
+    });
+    assert.deepEqual(parseAlgorithmOptions('compression=fp16'), {
+      options: { compression: 'fp16' }
+    });
+  });
+
+  it('maps the field a server error names to the form', () => {
+    assert.equal(formFieldOf('algorithm_options'), 'algorithmOptions');
+    assert.equal(formFieldOf('gpus_per_worker'), 'gpusPerWorker');
+    assert.equal(formFieldOf('since'), undefined);
+    assert.equal(formFieldOf(undefined), undefined);
+  });
+
   it('includes a name only when given', () => {
     const r = validateForm({ ...good, name: ' run-1 ' });
     assert.ok(r.ok && r.body.name === 'run-1');
@@ -220,7 +249,9 @@ describe('launch form', () => {
     [{ backend: ' ' }, 'backend', /backend/],
     [{ name: '-bad name' }, 'name', /letters/],
     [{ env: 'A=1\nnot a pair' }, 'env', /line 2: write KEY=VALUE/],
-    [{ env: '1X=2' }, 'env', /not a valid variable name/]
+    [{ env: '1X=2' }, 'env', /not a valid variable name/],
+    [{ algorithmOptions: 'block_size' }, 'algorithmOptions', /line 1: write KEY=VALUE/],
+    [{ algorithmOptions: 'block-size=2' }, 'algorithmOptions', /not a valid option name/]
   ];
   for (const [change, field, message] of bad) {
     it(`names the field ${field} for ${JSON.stringify(change)}`, () => {

@@ -57,6 +57,7 @@ from alchemist.errors import (
     UnknownBackendError,
 )
 from alchemist.jobdir import JobDir
+from alchemist.runtime.algorithms.options import catalogue as algorithm_catalogue
 from alchemist.runtime.algorithms.options import check as check_algorithm_options
 from alchemist.spec import ALGORITHMS
 
@@ -427,7 +428,13 @@ class RootHandler(AlchemistHandler):
         from alchemist.backends import backend_names
 
         self.query({})
-        self.reply({"version": __version__, "backends": backend_names()})
+        self.reply(
+            {
+                "version": __version__,
+                "backends": backend_names(),
+                "algorithm_options": algorithm_catalogue(),
+            }
+        )
 
 
 class JobsHandler(AlchemistHandler):

@@ -271,8 +271,15 @@ def test_run_as_job_from_the_file_browser_fills_the_form(page: Any) -> None:
 def test_launch_a_two_worker_script_and_watch_it_succeed(page: Any, lab: Lab) -> None:
     fill_form(page, "train.py", 2, "curve-run")
     panel = page.locator("#alchemist-panel")
-    # a misspelt algorithm option: the server's one line, the field marked, nothing run
+    # the options box lists the chosen algorithm's options with their defaults
     options = panel.locator("textarea[name=algorithm_options]")
+    algorithm = panel.locator("select[name=algorithm]")
+    algorithm.select_option("bmuf")
+    expect(options).to_have_attribute("placeholder", re.compile(r"^block_size=16\n"))
+    expect(options).to_have_attribute("title", re.compile(r"block_size=16: local steps"))
+    algorithm.select_option("sync")
+    expect(options).to_have_attribute("placeholder", re.compile(r"^bucket_cap_mb=25\n"))
+    # a misspelt algorithm option: the server's one line, the field marked, nothing run
     options.fill("bucket_cap=4")
     panel.get_by_role("button", name="Dry run").click()
     panel.locator(".jp-Alchemist-message", has_text="unknown option(s) bucket_cap").wait_for()

@@ -63,11 +63,16 @@ async def wait_for_state(api: Api, job_id: str, states: set[str], timeout: float
 # -- listing and reading -----------------------------------------------------------------------
 
 
-async def test_root_says_version_and_backends(api: Api) -> None:
+async def test_root_says_version_backends_and_algorithm_options(api: Api) -> None:
     code, body = await api("GET")
     assert code == 200
     assert body["version"]
     assert "local" in body["backends"]
+    options = body["algorithm_options"]
+    assert list(options) == ["sync", "async", "bmuf", "easgd", "horovod"]
+    bmuf = {o["name"]: o for o in options["bmuf"]}
+    assert bmuf["block_size"]["default"] == "16" and bmuf["block_size"]["help"]
+    assert bmuf["block_momentum"]["default"] == "1 - 1/N"
 
 
 async def test_list_is_the_users_jobs_newest_first_filtered_by_state(api: Api) -> None:

@@ -158,18 +158,26 @@ def check(
     return merged
 
 
-def describe(algorithm: str | None = None) -> str:
+def describe() -> str:
     """The options and their defaults, one algorithm per line (for ``--help``)."""
-    lines = []
-    for name, opts in OPTIONS.items():
-        if algorithm is not None and name != algorithm:
-            continue
-        shown = ", ".join(
-            f"{key}={opt.derived if opt.derived else _show(opt.default)}"
-            for key, opt in opts.items()
-        )
-        lines.append(f"{name}: {shown}")
-    return "\n".join(lines)
+    return "\n".join(
+        f"{name}: " + ", ".join(f"{key}={_default(opt)}" for key, opt in opts.items())
+        for name, opts in OPTIONS.items()
+    )
+
+
+def catalogue() -> dict[str, list[dict[str, str]]]:
+    """Every algorithm's options as JSON for the panel: name, default as text, meaning."""
+    return {
+        name: [
+            {"name": key, "default": _default(opt), "help": opt.help} for key, opt in opts.items()
+        ]
+        for name, opts in OPTIONS.items()
+    }
+
+
+def _default(opt: Option) -> str:
+    return opt.derived or _show(opt.default)
 
 
 def _show(value: Any) -> str:
@@ -178,4 +186,4 @@ def _show(value: Any) -> str:
     return _number(value) if isinstance(value, (int, float)) else str(value)
 
 
-__all__ = ["ALGORITHM_DEFAULTS", "OPTIONS", "Option", "check", "describe"]
+__all__ = ["ALGORITHM_DEFAULTS", "OPTIONS", "Option", "catalogue", "check", "describe"]

@@ -8,7 +8,14 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import { IFailure, IJob, IMetricEvent, ISubmitBody, explainFailure } from './model';
+import {
+  IFailure,
+  IJob,
+  IMetricEvent,
+  IServerInfo,
+  ISubmitBody,
+  explainFailure
+} from './model';
 
 /** Root of the versioned REST API, relative to the server's base URL. */
 export const API_ROOT = 'alchemist/api/v1';
@@ -96,6 +103,9 @@ export interface IMetricsChunk {
 }
 
 export const api = {
+  info(): Promise<IServerInfo> {
+    return requestAPI('');
+  },
   listJobs(state = ''): Promise<{ jobs: IJob[] }> {
     return requestAPI('jobs', {}, { state });
   },

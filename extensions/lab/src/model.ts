@@ -338,6 +338,41 @@ export function parseAlgorithmOptions(
   return { options };
 }
 
+/** One option of an algorithm, as `GET /alchemist/api/v1/` lists it. */
+export interface IOptionInfo {
+  name: string;
+  /** The default as text (`16`, `true`, or a rule such as `1 - 1/N`). */
+  default: string;
+  help: string;
+}
+
+/** What `GET /alchemist/api/v1/` says about the server. */
+export interface IServerInfo {
+  version: string;
+  backends: string[];
+  algorithm_options: Record<string, IOptionInfo[]>;
+}
+
+/**
+ * The options box's hint for one algorithm: its options at their defaults, greyed in
+ * the empty box (`placeholder`), and with their meanings in the tooltip (`title`).
+ */
+export function optionsHint(options: IOptionInfo[] | undefined): {
+  placeholder: string;
+  title: string;
+} {
+  if (!options || options.length === 0) {
+    const plain = 'KEY=VALUE, one a line; empty: the defaults';
+    return { placeholder: plain, title: plain };
+  }
+  return {
+    placeholder: options.map(o => `${o.name}=${o.default}`).join('\n'),
+    title:
+      'Defaults; type KEY=VALUE lines to change them:\n' +
+      options.map(o => `${o.name}=${o.default}: ${o.help}`).join('\n')
+  };
+}
+
 /** The form field a server error names (`field` of a 400 reply), if the form has it. */
 export function formFieldOf(serverField: unknown): keyof ILaunchForm | undefined {
   const fields: Record<string, keyof ILaunchForm> = {

@@ -15,6 +15,7 @@ import {
   BACKENDS,
   IJob,
   ILaunchForm,
+  IOptionInfo,
   ISubmitBody,
   JOB_STATES,
   LogBuffer,
@@ -25,6 +26,7 @@ import {
   formFieldOf,
   formatElapsed,
   isTerminal,
+  optionsHint,
   validateForm
 } from './model';
 
@@ -107,6 +109,15 @@ export class AlchemistPanel extends Widget {
     this.addClass('jp-Alchemist-panel');
     this.title.caption = 'Alchemist jobs';
     this._build();
+    // Each algorithm's options and defaults, for the options box's hint. Without an
+    // answer the box keeps its plain hint (the job list already says what is wrong).
+    void api
+      .info()
+      .then(info => {
+        this._optionInfo = info.algorithm_options ?? {};
+        this._showOptionsHint();
+      })
+      .catch(() => undefined);
     this._poll = new Poll({
       auto: false,
       factory: () => this.refresh(),
@@ -240,6 +251,13 @@ export class AlchemistPanel extends Widget {
     this._inputs.workers.value = String(this._settings.defaultWorkers);
     this._inputs.backend.value = this._settings.defaultBackend;
     this._inputs.algorithm.value = this._settings.defaultAlgorithm;
+    this._showOptionsHint();
+  }
+
+  private _showOptionsHint(): void {
+    const hint = optionsHint(this._optionInfo[this._inputs.algorithm.value]);
+    this._inputs.algorithmOptions.placeholder = hint.placeholder;
+    this._inputs.algorithmOptions.title = hint.title;
   }
 
   private _build(): void {
@@ -269,8 +287,8 @@ export class AlchemistPanel extends Widget {
       algorithmOptions: h('textarea', {
         name: 'algorithm_options',
         class: 'jp-mod-styled',
-        rows: 2,
-        placeholder: 'KEY=VALUE, one a line (e.g. block_size=32); empty: the defaults'
+        rows: 4,
+        placeholder: optionsHint(undefined).placeholder
       }),
       backend: select('backend', BACKENDS),
       name: h('input', { name: 'name', class: 'jp-mod-styled', placeholder: 'optional' }),
@@ -281,6 +299,7 @@ export class AlchemistPanel extends Widget {
         placeholder: 'KEY=VALUE, one a line'
       })
     };
+    this._inputs.algorithm.addEventListener('change', () => this._showOptionsHint());
     this._fillDefaults();
     for (const input of Object.values(this._inputs)) {
       input.addEventListener('input', () => {
@@ -411,6 +430,7 @@ export class AlchemistPanel extends Widget {
     name: HTMLInputElement;
     env: HTMLTextAreaElement;
   };
+  private _optionInfo: Record<string, IOptionInfo[]> = {};
   private _launch!: HTMLDetailsElement;
   private _submitButton!: HTMLButtonElement;
   private _stateFilter!: HTMLSelectElement;

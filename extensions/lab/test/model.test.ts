@@ -17,6 +17,7 @@ import {
   formatElapsed,
   formFieldOf,
   formatNumber,
+  optionsHint,
   parseAlgorithmOptions,
   parseEnv,
   pickMainMetric,
@@ -224,6 +225,16 @@ describe('launch form', () => {
     assert.deepEqual(parseAlgorithmOptions('compression=fp16'), {
       options: { compression: 'fp16' }
     });
+  });
+
+  it('hints each option with its default, and its meaning in the tooltip', () => {
+    const hint = optionsHint([
+      { name: 'block_size', default: '16', help: 'local steps per block' },
+      { name: 'block_momentum', default: '1 - 1/N', help: 'block momentum' }
+    ]);
+    assert.equal(hint.placeholder, 'block_size=16\nblock_momentum=1 - 1/N');
+    assert.match(hint.title, /\nblock_size=16: local steps per block\n/);
+    assert.match(optionsHint(undefined).placeholder, /KEY=VALUE, one a line/);
   });
 
   it('maps the field a server error names to the form', () => {

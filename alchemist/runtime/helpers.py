@@ -34,19 +34,27 @@ def distribute(
         algorithm: ``sync``, ``async``, ``bmuf``, ``easgd`` or ``horovod``; None uses the
             job's ``--algorithm`` (default ``sync``).
         **options: the algorithm's parameters (e.g. ``block_momentum=0.9``); the job's
-            ``--algorithm-option`` values are the defaults.
+            ``--algorithm-option`` values are the defaults when ``algorithm`` is the
+            job's own.
 
     Returns:
         ``(model, optimizer)`` to use in the training loop.
+
+    Raises:
+        SpecError: an unknown algorithm or a bad option (at every world size).
     """
     ctx = context()
     model = model.to(ctx.device)
     name = algorithm or ctx.algorithm
-    merged = {**(ctx.spec.get("algorithm_options") or {}), **options}
-    if ctx.world_size == 1:
-        return model, optimizer
+    # The job's --algorithm-option values belong to the job's --algorithm.
+    job_options = (ctx.spec.get("algorithm_options") or {}) if name == ctx.algorithm else {}
+    merged = {**job_options, **options}
     from alchemist.runtime import algorithms
 
+    # Checked at world size 1 too: a typo fails the prototype, not the job it becomes.
+    algorithms.check(name, merged)
+    if ctx.world_size == 1:
+        return model, optimizer
     result: tuple[Any, Any] = algorithms.get(name).wrap(model, optimizer, ctx, **merged)
     return result
 

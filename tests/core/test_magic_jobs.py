@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import pytest
+import torch
 from IPython.core.error import UsageError
 
 import alchemist
@@ -83,6 +84,34 @@ def test_same_cell_runs_in_the_plain_kernel_at_world_size_one(ip: Any) -> None:
     assert result.success, result.error_in_exec
     assert ip.user_ns["world"] == 1 and ip.user_ns["allreduced"] == 1.0
     assert ip.user_ns["losses"][-1] < ip.user_ns["losses"][0]
+
+
+def test_distribute_checks_options_in_the_plain_kernel_too(ip: Any) -> None:
+    """The prototype cell (world size 1) fails on a typo, before it becomes a job."""
+    from alchemist.errors import SpecError
+
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(SpecError, match="unknown option\\(s\\) blok_size for algorithm 'bmuf'"):
+        alchemist.distribute(model, opt, algorithm="bmuf", blok_size=4)
+    with pytest.raises(SpecError, match="algorithm 'hogwild' is unknown"):
+        alchemist.distribute(model, opt, algorithm="hogwild")
+    assert alchemist.distribute(model, opt, algorithm="bmuf", block_size=4) == (model, opt)
+
+
+def test_an_algorithm_chosen_in_code_ignores_the_jobs_options_for_another(ip: Any) -> None:
+    """``--algorithm-option`` values belong to ``--algorithm``; code may pick another."""
+    cell = (
+        "import torch, alchemist\n"
+        "m = torch.nn.Linear(2, 1)\n"
+        "m, o = alchemist.distribute(m, torch.optim.SGD(m.parameters(), lr=0.1),"
+        " algorithm='bmuf', block_size=2)\n"
+        "kind, block = type(o).__name__, o.block_size\n"
+    )
+    ip.run_cell_magic(
+        "alchemist_distributed", "-n 2 --algorithm-option bucket_cap_mb=4 -o kind,block", cell
+    )
+    assert (ip.user_ns["kind"], ip.user_ns["block"]) == ("BMUFOptimizer", 2)
 
 
 def test_dry_run_prints_the_command_env_and_bundle_and_submits_nothing(

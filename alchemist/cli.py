@@ -16,7 +16,7 @@ from pathlib import Path
 from alchemist import client
 from alchemist.console import LogFollower, status_line
 from alchemist.errors import AlchemistError
-from alchemist.runtime.algorithms.options import describe as describe_options
+from alchemist.runtime.algorithms.options import flag_help as algorithm_option_help
 from alchemist.spec import ALGORITHMS, JobState
 
 
@@ -48,8 +48,7 @@ def _parser() -> argparse.ArgumentParser:
         "--algorithm-option",
         action="append",
         metavar="K=V",
-        help="algorithm parameter (repeatable); with their defaults: "
-        + "; ".join(describe_options().splitlines()),
+        help=algorithm_option_help(),
     )
     s.add_argument("--global-batch", type=int, default=None)
     s.add_argument("--detach", action="store_true", help="print the job id and return")

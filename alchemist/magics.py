@@ -25,7 +25,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from alchemist import client
 from alchemist.console import DEFAULT_MAX_LINES, LogFollower, status_line
 from alchemist.errors import AlchemistError
-from alchemist.runtime.algorithms.options import describe as describe_options
+from alchemist.runtime.algorithms.options import flag_help as algorithm_option_help
 from alchemist.spec import ALGORITHMS, JobState, JobStatus
 
 
@@ -80,8 +80,7 @@ class AlchemistMagics(Magics):
         "--algorithm-option",
         action="append",
         metavar="K=V",
-        help="algorithm parameter (repeatable); with their defaults: "
-        + "; ".join(describe_options().splitlines()),
+        help=algorithm_option_help(),
     )
     @argument("--global-batch", type=int, default=None, help="global batch over all ranks")
     @argument("--image", default=None, help="container image (kubernetes backend)")

@@ -114,10 +114,6 @@ class JobSpec:
             raise SpecError(
                 f"gpus_per_worker must be 0 or a positive integer, got {self.resources.gpus!r}"
             )
-        if self.algorithm not in ALGORITHMS:
-            raise SpecError(
-                f"algorithm {self.algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}"
-            )
         if not isinstance(self.algorithm_options, dict):
             raise SpecError(
                 f"algorithm_options must be a mapping of names to values,"
@@ -125,7 +121,8 @@ class JobSpec:
             )
         from alchemist.runtime.algorithms.options import check
 
-        check(self.algorithm, self.algorithm_options)  # the ranks apply the same check
+        # An unknown algorithm or option; the ranks apply the same check.
+        check(self.algorithm, self.algorithm_options)
         if not isinstance(self.max_restarts, int) or self.max_restarts < 0:
             raise SpecError(f"max_restarts must be 0 or more, got {self.max_restarts!r}")
         if self.timeout is not None and not self.timeout > 0:

@@ -74,6 +74,9 @@ def _exchange(
     import torch
     import torch.distributed as dist
 
+    from alchemist.runtime.algorithms._base import flat as flatten
+    from alchemist.runtime.algorithms._base import unflat_into
+
     params = [p for p in model.parameters() if p.requires_grad]
     nbytes = sum(p.numel() * p.element_size() for p in params)
     world = dist.get_world_size()
@@ -87,14 +90,10 @@ def _exchange(
         opt.zero_grad()
         torch.nn.functional.cross_entropy(model(xs[i : i + batch]), ys[i : i + batch]).backward()
         if kind == "hand":
-            grads = torch.cat([p.grad.reshape(-1) for p in params])
+            grads = flatten(p.grad for p in params)
             dist.all_reduce(grads)
             grads /= world
-            offset = 0
-            for p in params:
-                n = p.numel()
-                p.grad.copy_(grads[offset : offset + n].view_as(p.grad))
-                offset += n
+            unflat_into(grads, [p.grad for p in params])
         opt.step()
 
     def block(kind: str) -> float:
@@ -142,9 +141,9 @@ def _exchange(
 def _exchanges(xs: Any, ys: Any, ctx: _Ctx, sizes: tuple[int, ...]) -> list[dict[str, Any]]:
     """:func:`_exchange` of a fresh ``sync``-wrapped MLP per hidden size.
 
-    The ratio depends on the gradient size: for a few hundred KB DDP's fixed per-step
-    work (hooks, bucket bookkeeping) weighs against a tiny all-reduce; for MBs the
-    exchange overlaps the backward pass.
+    The ratio depends on the gradient size: for small gradients DDP's fixed per-step
+    work (hooks, bucket bookkeeping) weighs against a tiny all-reduce; for larger ones
+    the exchange can overlap the backward pass where cores are free for it.
     """
     import torch
 
@@ -315,6 +314,7 @@ def main() -> None:
     torch.save((x[:n], y[:n], x[n:], y[n:]), data)
 
     chosen = [s.strip() for s in a.algorithms.split(",") if s.strip()]
+    sizes = tuple(int(h) for h in a.exchange_hidden.split(",") if h.strip())
     results = []
     for algorithm in chosen:
         if algorithm == "horovod":
@@ -323,7 +323,6 @@ def main() -> None:
             except ImportError:
                 print("horovod: skipped (not installed; run scripts/setup.d/50-horovod.sh)")
                 continue
-        sizes = tuple(int(h) for h in a.exchange_hidden.split(",") if h.strip())
         r = run(algorithm, a.workers, data, a.epochs, a.hidden, a.eval_every, sizes)
         results.append(r)
         to90 = (

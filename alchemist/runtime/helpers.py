@@ -51,9 +51,9 @@ def distribute(
     merged = {**job_options, **options}
     from alchemist.runtime import algorithms
 
-    # Checked at world size 1 too: a typo fails the prototype, not the job it becomes.
-    algorithms.check(name, merged)
     if ctx.world_size == 1:
+        # No wrap here, but the same check: a typo fails the prototype, not the job.
+        algorithms.check(name, merged)
         return model, optimizer
     result: tuple[Any, Any] = algorithms.get(name).wrap(model, optimizer, ctx, **merged)
     return result

@@ -389,16 +389,11 @@ def _check_submit_body(data: dict[str, Any], root_dir: Path) -> tuple[Path, dict
                 400, f"env[{k!r}] must be a string (environment values are text)", "env"
             )
     algorithm = data.get("algorithm", "sync")
-    if algorithm not in ALGORITHMS:
-        raise RouteError(
-            400,
-            f"algorithm {algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}",
-            "algorithm",
-        )
     try:
         check_algorithm_options(algorithm, data.get("algorithm_options") or {})
     except SpecError as e:
-        raise RouteError(400, str(e), "algorithm_options") from None
+        field = "algorithm_options" if algorithm in ALGORITHMS else "algorithm"
+        raise RouteError(400, str(e), field) from None
     raw_path = data.get("path")
     if not raw_path:
         raise RouteError(400, "path is required: the .py or .ipynb file to run", "path")

@@ -13,7 +13,7 @@ rate 0.9/N (Zhang et al. 2015, β = 0.9).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +25,9 @@ class Option:
     """One option: its default, its type, and what values it accepts.
 
     ``kind`` is ``int``, ``float`` (an int is accepted too), ``bool`` or ``str``; numbers
-    must lie in ``[low, high]``, strings in ``choices``. A ``derived`` option has default
-    None and its value follows from the world size (``derived`` says how).
+    must lie in ``[low, high]``, strings in ``choices``. A derived option has default
+    None and its value follows from the world size N: ``derive(N)``, which ``derived``
+    writes out for people.
     """
 
     default: Any
@@ -36,7 +37,11 @@ class Option:
     high: float | None = None
     choices: tuple[str, ...] = ()
     derived: str = ""
+    derive: Callable[[int], float] | None = None
 
+
+#: EASGD's β = p·α (Zhang et al. 2015), kept constant as the number of workers p changes.
+EASGD_BETA = 0.9
 
 _TIMEOUTS = {
     "finish_timeout": Option(
@@ -63,12 +68,28 @@ OPTIONS: dict[str, dict[str, Option]] = {
     },
     "bmuf": {
         "block_size": Option(16, int, "local steps per block", 1, 1e9),
-        "block_momentum": Option(None, float, "block momentum", 0.0, 0.999999, derived="1 - 1/N"),
+        "block_momentum": Option(
+            None,
+            float,
+            "block momentum",
+            0.0,
+            0.999999,
+            derived="1 - 1/N",
+            derive=lambda n: 1.0 - 1.0 / n,
+        ),
         "block_lr": Option(1.0, float, "block learning rate", 1e-12, 1e6),
         "nesterov": Option(True, bool, "Nesterov block momentum"),
     },
     "easgd": {
-        "moving_rate": Option(None, float, "elastic moving rate alpha", 0.0, 1.0, derived="0.9/N"),
+        "moving_rate": Option(
+            None,
+            float,
+            "elastic moving rate alpha",
+            0.0,
+            1.0,
+            derived="0.9/N",
+            derive=lambda n: EASGD_BETA / n,
+        ),
         "communication_period": Option(10, int, "local steps between exchanges", 1, 1e9),
         **_TIMEOUTS,
     },
@@ -85,14 +106,6 @@ OPTIONS: dict[str, dict[str, Option]] = {
 #: Every option of every algorithm and its default (None: derived from the world size).
 ALGORITHM_DEFAULTS: dict[str, dict[str, Any]] = {
     name: {key: opt.default for key, opt in opts.items()} for name, opts in OPTIONS.items()
-}
-
-#: EASGD's β = p·α (Zhang et al. 2015), kept constant as the number of workers p changes.
-EASGD_BETA = 0.9
-
-_DERIVED = {
-    ("bmuf", "block_momentum"): lambda n: 1.0 - 1.0 / n,
-    ("easgd", "moving_rate"): lambda n: EASGD_BETA / n,
 }
 
 
@@ -150,9 +163,9 @@ def check(
     merged = {**ALGORITHM_DEFAULTS[algorithm], **options}
     for key, opt in rules.items():
         value = merged[key]
-        if value is None and opt.derived:
+        if value is None and opt.derive is not None:
             if world_size is not None:
-                merged[key] = _DERIVED[algorithm, key](max(1, world_size))
+                merged[key] = opt.derive(max(1, world_size))
             continue
         _check_value(algorithm, key, opt, value)
     return merged
@@ -163,6 +176,13 @@ def describe() -> str:
     return "\n".join(
         f"{name}: " + ", ".join(f"{key}={_default(opt)}" for key, opt in opts.items())
         for name, opts in OPTIONS.items()
+    )
+
+
+def flag_help() -> str:
+    """The help of ``--algorithm-option`` (the magic's and the CLI's)."""
+    return "algorithm parameter (repeatable); with their defaults: " + "; ".join(
+        describe().splitlines()
     )
 
 
@@ -186,4 +206,4 @@ def _show(value: Any) -> str:
     return _number(value) if isinstance(value, (int, float)) else str(value)
 
 
-__all__ = ["ALGORITHM_DEFAULTS", "OPTIONS", "Option", "catalogue", "check", "describe"]
+__all__ = ["ALGORITHM_DEFAULTS", "OPTIONS", "Option", "catalogue", "check", "describe", "flag_help"]

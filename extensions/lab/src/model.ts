@@ -287,9 +287,13 @@ const JOB_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
 
 /**
  * Parse environment variables typed one `KEY=VALUE` a line (blank lines and lines
- * starting with `#` are skipped; the value may contain `=`).
+ * starting with `#` are skipped; the value may contain `=`). `what` names a key in
+ * errors (algorithm options are typed the same way).
  */
-export function parseEnv(text: string): { env: Record<string, string> } | { error: string } {
+export function parseEnv(
+  text: string,
+  what = 'variable'
+): { env: Record<string, string> } | { error: string } {
   const env: Record<string, string> = {};
   const lines = text.split(/\r?\n/);
   for (let i = 0; i < lines.length; i++) {
@@ -303,7 +307,7 @@ export function parseEnv(text: string): { env: Record<string, string> } | { erro
     }
     const key = line.slice(0, eq).trim();
     if (!ENV_KEY.test(key)) {
-      return { error: `line ${i + 1}: ${JSON.stringify(key)} is not a valid variable name` };
+      return { error: `line ${i + 1}: ${JSON.stringify(key)} is not a valid ${what} name` };
     }
     env[key] = line.slice(eq + 1);
   }
@@ -320,10 +324,9 @@ const NUMBER = /^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/;
 export function parseAlgorithmOptions(
   text: string
 ): { options: Record<string, OptionValue> } | { error: string } {
-  const parsed = parseEnv(text);
+  const parsed = parseEnv(text, 'option');
   if ('error' in parsed) {
-    // the same KEY=VALUE lines as the environment, so the same parser; say "option"
-    return { error: parsed.error.replace('variable name', 'option name') };
+    return parsed;
   }
   const options: Record<string, OptionValue> = {};
   for (const [key, raw] of Object.entries(parsed.env)) {

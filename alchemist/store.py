@@ -9,12 +9,14 @@ writes reconciled states back here.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Float, Integer, String, Text, create_engine, event, select
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from alchemist import config
@@ -87,7 +89,7 @@ class JobStore:
         self.engine: Engine = create_engine(url, **kwargs)
         if url.startswith("sqlite"):
             event.listen(self.engine, "connect", _sqlite_pragmas)
-        _Base.metadata.create_all(self.engine)
+        _create_tables(self.engine)
 
     def add(self, record: JobRecord) -> None:
         with Session(self.engine) as s, s.begin():
@@ -141,6 +143,24 @@ class JobStore:
                 s.delete(row)
 
 
+def _create_tables(engine: Engine, attempts: int = 20) -> None:
+    """Create the tables unless they exist, safely when other processes do the same.
+
+    ``create_all`` checks for each table, then creates the missing ones: two processes
+    opening a fresh store at once (twelve ``alchemist submit`` in parallel) can both see
+    no table, and the second ``CREATE TABLE`` fails with "already exists". A retry checks
+    again and finds the table the other process made.
+    """
+    for attempt in range(attempts):
+        try:
+            _Base.metadata.create_all(engine)
+            return
+        except OperationalError as e:
+            if "already exists" not in str(e) or attempt == attempts - 1:
+                raise
+            time.sleep(0.01 * (attempt + 1))
+
+
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     # WAL lets the kernel, the Jupyter server and the CLI read while one writes.
     cur = dbapi_conn.cursor()
@@ -150,14 +170,16 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 
 _stores: dict[str, JobStore] = {}
+_stores_lock = threading.Lock()
 
 
 def get_store() -> JobStore:
-    """The store for the configured URL (one per URL and process)."""
+    """The store for the configured URL (one per URL and process; thread-safe)."""
     url = config.db_url()
-    if url not in _stores:
-        _stores[url] = JobStore(url)
-    return _stores[url]
+    with _stores_lock:
+        if url not in _stores:
+            _stores[url] = JobStore(url)
+        return _stores[url]
 
 
 def now() -> float:

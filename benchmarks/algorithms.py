@@ -23,8 +23,10 @@ with the exchange written by hand (flatten, ``all_reduce``, divide, copy back), 
 pass can push a ratio above 1.
 
 Run: ``.venv/bin/python benchmarks/algorithms.py [--workers 2] [--epochs 10]
-[--hidden 64] [--algorithms sync,async,...] [--json out.json]``. On a machine shared
-with other work the absolute numbers move with the load; compare within one run.
+[--hidden 64] [--algorithms sync,async,...] [--json out.json] [--smoke]``. On a machine
+shared with other work the absolute numbers move with the load; compare within one run.
+An algorithm whose run fails is counted and reported, and the others still run;
+``--smoke`` (one epoch, sync and bmuf, one exchange size) is what the test suite runs.
 """
 
 from __future__ import annotations
@@ -298,7 +300,10 @@ def main() -> None:
         help="hidden sizes of the MLPs whose sync exchange is measured",
     )
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: check that it runs")
     a = parser.parse_args()
+    if a.smoke:
+        a.epochs, a.eval_every, a.algorithms, a.exchange_hidden = 1, 5, "sync,bmuf", "64"
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     import torch
@@ -316,6 +321,7 @@ def main() -> None:
     chosen = [s.strip() for s in a.algorithms.split(",") if s.strip()]
     sizes = tuple(int(h) for h in a.exchange_hidden.split(",") if h.strip())
     results = []
+    failed: list[str] = []
     for algorithm in chosen:
         if algorithm == "horovod":
             try:
@@ -323,7 +329,12 @@ def main() -> None:
             except ImportError:
                 print("horovod: skipped (not installed; run scripts/setup.d/50-horovod.sh)")
                 continue
-        r = run(algorithm, a.workers, data, a.epochs, a.hidden, a.eval_every, sizes)
+        try:
+            r = run(algorithm, a.workers, data, a.epochs, a.hidden, a.eval_every, sizes)
+        except Exception as e:  # counted and reported; the other algorithms still run
+            failed.append(f"{algorithm}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            print(f"{algorithm:8s} FAILED ({failed[-1]})", flush=True)
+            continue
         results.append(r)
         to90 = (
             f"{r['seconds_to_90']:.2f} s / {r['steps_to_90']} steps"
@@ -346,6 +357,7 @@ def main() -> None:
                 f" vs hand-written {e['vs_hand']:.2f}",
                 flush=True,
             )
+    print(f"failed runs: {len(failed)} of {len(results) + len(failed)}")
     if a.json:
         a.json.write_text(json.dumps(results, indent=1))
 

@@ -30,7 +30,7 @@ def _smoke(name: str, timeout: float = 240) -> str:
 
 
 def test_every_benchmark_has_a_smoke_test() -> None:
-    tested = {"launch_overhead.py", "metrics_latency.py", "algorithms.py"}
+    tested = {"launch_overhead.py", "metrics_latency.py", "algorithms.py", "reliability.py"}
     assert {p.name for p in BENCHMARKS.glob("*.py")} == tested
 
 
@@ -57,3 +57,15 @@ def test_algorithms_smoke_runs_each_chosen_algorithm() -> None:
     assert "failed runs: 0 of 2" in out, out
     assert "sync exchange, hidden 64" in out
     assert out.count("steps/s") == 2
+
+
+def test_reliability_smoke_counts_both_arms() -> None:
+    out = _smoke("reliability.py")
+    lines = out.splitlines()
+    alchemist = next(ln for ln in lines if ln.strip().startswith("alchemist ")).split()
+    plain = next(ln for ln in lines if ln.strip().startswith("plain torchrun")).split()
+    # Alchemist's runs all finish and none is reported failed; the plain arm's two runs
+    # finish too (its teardown abort, when it hits, shows in the middle column).
+    assert alchemist[1:] == ["2", "0", "0"], out
+    assert plain[2] == "2" and plain[4] == "0", out
+    assert "finished work reported failed: alchemist 0 of 2" in out

@@ -1,0 +1,158 @@
+"""Reliability: how many runs whose work finished were reported failed.
+
+Runs the same short DDP training N times through Alchemist (``alchemist.submit`` of a
+cell, 2 workers, waited on from the client) and N times under plain ``torchrun
+--standalone --nproc-per-node 2``, alternating, on the local machine (gloo, CPU). Each
+rank writes a marker file as the last line of its work. A run "finished its work" when
+both markers exist; it was "reported failed" when the job did not end ``succeeded``
+(Alchemist) or torchrun exited non-zero (plain). Printed for each arm: runs, runs whose
+work finished, finished runs reported failed (target for Alchemist: 0 in 200), and runs
+that failed before finishing.
+
+torch 2.13 with gloo aborts rank 0 at interpreter exit after the work is done in about
+1 run in 20 under plain torchrun (``terminate called without an active exception``):
+that is what the plain arm's count measures.
+
+    python benchmarks/reliability.py [--runs 200] [--steps 20] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+WORK = """
+import os, torch
+import torch.distributed as dist
+torch.manual_seed(0)
+model = torch.nn.Linear(32, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+{setup}
+for step in range({steps}):
+    x = torch.randn(16, 32)
+    loss = model(x).square().mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+with open(os.path.join({marks!r}, f"done-{{rank}}"), "w") as f:
+    f.write("done")
+"""
+
+PLAIN_SETUP = """
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = torch.nn.parallel.DistributedDataParallel(model)
+"""
+
+ALCHEMIST_SETUP = """
+import alchemist
+rank = alchemist.context().rank
+model, opt = alchemist.distribute(model, opt)
+"""
+
+
+def _finished(marks: Path) -> bool:
+    return all((marks / f"done-{r}").exists() for r in (0, 1))
+
+
+def run_plain(workdir: Path, i: int, steps: int) -> tuple[bool, bool, str]:
+    """One plain torchrun run: (work finished, reported failed, how)."""
+    marks = workdir / f"plain-{i}"
+    marks.mkdir()
+    script = workdir / f"plain-{i}.py"
+    script.write_text(
+        WORK.format(setup=PLAIN_SETUP, steps=steps, marks=str(marks))
+        + "dist.destroy_process_group()\n"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            str(script),
+        ],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    how = ""
+    if done.returncode:
+        lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+        abort = any("terminate called" in ln for ln in lines)
+        how = "teardown abort" if abort else (lines[-1][:160] if lines else "")
+    return _finished(marks), done.returncode != 0, how
+
+
+def run_alchemist(workdir: Path, i: int, steps: int) -> tuple[bool, bool, str]:
+    """One run through Alchemist: (work finished, reported failed, how)."""
+    import alchemist
+
+    marks = workdir / f"alchemist-{i}"
+    marks.mkdir()
+    job = alchemist.submit(
+        WORK.format(setup=ALCHEMIST_SETUP, steps=steps, marks=str(marks)),
+        namespace={},
+        workers=2,
+        name="reliability",
+    )
+    status = job.wait(poll=0.05)
+    failed = status.state.value != "succeeded"
+    return _finished(marks), failed, (status.reason or "")[:160] if failed else ""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=200, help="runs of each arm")
+    parser.add_argument("--steps", type=int, default=20, help="training steps per run")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: check that it runs")
+    args = parser.parse_args()
+    if args.smoke:
+        args.runs, args.steps = 2, 3
+
+    arms = {"alchemist": run_alchemist, "plain torchrun": run_plain}
+    counts = {name: {"finished": 0, "lost": 0, "failed early": 0} for name in arms}
+    notes: dict[str, list[str]] = {name: [] for name in arms}
+    with tempfile.TemporaryDirectory(prefix="alchemist-bench-") as tmp:
+        workdir = Path(tmp)
+        os.environ["ALCHEMIST_HOME"] = str(workdir / "home")
+        for i in range(args.runs):
+            for name, arm in arms.items():
+                try:
+                    finished, failed, how = arm(workdir, i, args.steps)
+                except Exception as e:  # the arm's harness broke: counted, not a crash
+                    finished, failed, how = False, True, f"{type(e).__name__}: {e}"
+                c = counts[name]
+                c["finished"] += finished
+                c["lost"] += finished and failed
+                c["failed early"] += failed and not finished
+                if failed:
+                    notes[name].append(f"run {i + 1}: {how}")
+            if (i + 1) % 10 == 0:
+                print(f"{i + 1} runs of each arm done", flush=True)
+    print(f"reliability, {args.runs} runs of each arm, {args.steps} DDP steps, 2 processes:")
+    print(f"  {'':16s} {'finished':>9s} {'finished, reported failed':>27s} {'failed early':>13s}")
+    for name, c in counts.items():
+        print(
+            f"  {name:16s} {c['finished']:9d} {c['lost']:27d} {c['failed early']:13d}",
+        )
+    print(
+        f"finished work reported failed: alchemist {counts['alchemist']['lost']}"
+        f" of {args.runs} (target 0), plain torchrun {counts['plain torchrun']['lost']}"
+        f" of {args.runs}"
+    )
+    for name, lines in notes.items():
+        for line in lines[:20]:
+            print(f"  {name} {line}")
+
+
+if __name__ == "__main__":
+    main()

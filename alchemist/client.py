@@ -327,8 +327,8 @@ def submit(
         source, entry = source_of(code)
         options.setdefault("name", _safe_name(code.stem))
         spec = make_spec(entry=entry, **options)
-        bundle = build_bundle(source, {}, entry=entry, max_value_bytes=limit)
-        bundle.cwd = str(code.resolve().parent)
+        cwd = str(code.resolve().parent)
+        bundle = build_bundle(source, {}, entry=entry, max_value_bytes=limit, cwd=cwd)
     else:
         spec = make_spec(entry="cell", **options)
         ns = namespace if namespace is not None else _default_namespace()

@@ -5,7 +5,9 @@ namespace and decides how it travels:
 
 - a module travels as an import (``import numpy as np``);
 - a function or class defined in the notebook travels by value (cloudpickle);
-- any other value travels by value with cloudpickle, if it is small enough.
+- any other value travels by value with cloudpickle, if it is small enough;
+- the notebook's own modules (``model.py`` beside it) travel as files
+  (:mod:`alchemist.bundle.workspace`).
 
 :func:`write_bundle` stores it in the job directory (``bundle/``) with a content hash;
 :func:`load_bundle` rebuilds the namespace in a worker. Every problem a user can fix is
@@ -15,12 +17,13 @@ raised before anything is submitted.
 
 from alchemist.bundle.builder import Bundle, BundleItem, build_bundle, source_of
 from alchemist.bundle.freenames import free_names
-from alchemist.bundle.store import load_bundle, read_manifest, write_bundle
+from alchemist.bundle.store import enter_workspace, load_bundle, read_manifest, write_bundle
 
 __all__ = [
     "Bundle",
     "BundleItem",
     "build_bundle",
+    "enter_workspace",
     "free_names",
     "load_bundle",
     "read_manifest",

@@ -42,6 +42,8 @@ class Bundle:
         items: what travels, for the dry run and the manifest.
         payload: cloudpickle of the shipped values (one dump, so functions share globals).
         cwd: the notebook's working directory (workers start there when it exists).
+        files: the user's own modules that travel, relative path → contents
+            (:mod:`alchemist.bundle.workspace`).
     """
 
     source: str
@@ -50,6 +52,7 @@ class Bundle:
     items: list[BundleItem]
     payload: bytes
     cwd: str = field(default_factory=os.getcwd)
+    files: dict[str, bytes] = field(default_factory=dict)
 
     @property
     def digest(self) -> str:
@@ -59,6 +62,8 @@ class Bundle:
         for alias, mod in self.imports:
             h.update(f"{alias}={mod};".encode())
         h.update(self.payload)
+        for rel in sorted(self.files):
+            h.update(rel.encode() + b"\0" + hashlib.sha256(self.files[rel]).digest())
         return h.hexdigest()
 
     def describe(self) -> str:
@@ -69,6 +74,12 @@ class Bundle:
             lines.append(f"  {item.kind:<8} {item.name:<20} {item.detail}{size}")
         if not self.items:
             lines.append("  (the cell uses nothing from the notebook)")
+        if self.files:
+            total = sum(len(b) for b in self.files.values())
+            lines.append(
+                f"  files    {len(self.files)} of the notebook's own code, {_human(total)}:"
+                f" {', '.join(sorted(self.files)[:8])}" + (" ..." if len(self.files) > 8 else "")
+            )
         return "\n".join(lines)
 
 
@@ -130,6 +141,7 @@ def build_bundle(
     entry: str = "cell",
     max_value_bytes: int,
     function: Any = None,
+    cwd: str | None = None,
 ) -> Bundle:
     """Decide what of ``namespace`` the ``source`` needs, and pack it.
 
@@ -137,13 +149,23 @@ def build_bundle(
         source: cell or script source. For ``entry="function"`` it is generated.
         namespace: the notebook's user namespace (``shell.user_ns``); None for scripts.
         entry: ``cell``, ``script`` or ``function``.
-        max_value_bytes: the largest pickled size of one shipped value.
+        max_value_bytes: the largest pickled size of one shipped value, and of the
+            notebook's own modules together.
         function: the callable of a function job.
+        cwd: the notebook's (or script's) folder; default: the current directory.
 
     Raises:
         BundleError: syntax error, IPython syntax in a cell, a value that cannot be
-            pickled or is over the limit (naming the variable and the fix).
+            pickled or is over the limit (naming the variable and the fix), or the
+            notebook's own modules over the limit.
     """
+    from alchemist.bundle.workspace import (
+        imported_top_levels,
+        referenced_top_levels,
+        workspace_files,
+    )
+
+    cwd = cwd or os.getcwd()
     namespace = namespace or {}
     if entry == "function":
         namespace = {FUNCTION_VAR: function}
@@ -182,7 +204,19 @@ def build_bundle(
         values[name] = value
         items.append(BundleItem(name, kind, detail, len(blob)))
     payload = cloudpickle.dumps(values)
-    return Bundle(source=source, entry=entry, imports=imports, items=items, payload=payload)
+    needed = imported_top_levels(source) | referenced_top_levels(
+        values.values(), (module for _alias, module in imports)
+    )
+    files, _origins = workspace_files(needed, cwd, max_bytes=max_value_bytes)
+    return Bundle(
+        source=source,
+        entry=entry,
+        imports=imports,
+        items=items,
+        payload=payload,
+        cwd=cwd,
+        files=files,
+    )
 
 
 def source_of(path: os.PathLike[str] | str) -> tuple[str, str]:

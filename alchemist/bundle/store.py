@@ -7,6 +7,8 @@ import dataclasses
 import importlib
 import inspect
 import json
+import os
+import sys
 import types
 from pathlib import Path
 from typing import Any
@@ -23,19 +25,44 @@ def write_bundle(bundle: Bundle, directory: Path) -> str:
     directory.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(directory / "source.py", bundle.source.encode())
     atomic_write_bytes(directory / "namespace.pkl", bundle.payload)
+    for rel, data in bundle.files.items():
+        atomic_write_bytes(directory / FILES_DIR / rel, data)
     manifest = {
         "sha256": bundle.digest,
         "entry": bundle.entry,
         "cwd": bundle.cwd,
         "imports": [list(pair) for pair in bundle.imports],
         "items": [dataclasses.asdict(i) for i in bundle.items],
+        "files": sorted(bundle.files),
     }
     atomic_write_json(directory / "manifest.json", manifest)
     return bundle.digest
 
 
+#: The bundle's folder of the notebook's own modules (see :mod:`alchemist.bundle.workspace`).
+FILES_DIR = "files"
+
+
 def read_manifest(directory: Path) -> dict[str, Any]:
     return json.loads((directory / "manifest.json").read_text())
+
+
+def enter_workspace(directory: Path) -> None:
+    """Set a worker up as the notebook was: in its folder, with its own modules first
+    on ``sys.path``. Call before :func:`load_bundle`: unpickling a class from the
+    notebook's ``model.py`` imports ``model``.
+
+    The notebook's folder is the working directory where it exists (the local backend,
+    or a shared home), so data files open by the same relative paths; the shipped
+    copies of its modules come first, so the job runs the code as it was submitted.
+    """
+    manifest = read_manifest(directory)
+    cwd = manifest.get("cwd")
+    if cwd and Path(cwd).is_dir():
+        os.chdir(cwd)
+        sys.path.insert(0, cwd)
+    if manifest.get("files") and (directory / FILES_DIR).is_dir():
+        sys.path.insert(0, str(directory / FILES_DIR))
 
 
 def _rebind(fn: types.FunctionType, ns: dict[str, Any]) -> types.FunctionType:

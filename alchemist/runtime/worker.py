@@ -159,13 +159,10 @@ def main(argv: list[str]) -> int:
         except (ImportError, AttributeError):
             sampler = None
 
-        from alchemist.bundle import load_bundle
+        from alchemist.bundle import enter_workspace, load_bundle
 
+        enter_workspace(job_dir.bundle)  # paths first: unpickling may import model.py
         source, ns, manifest = load_bundle(job_dir.bundle)
-        cwd = manifest.get("cwd")
-        if cwd and Path(cwd).is_dir():
-            os.chdir(cwd)
-            sys.path.insert(0, cwd)
         code = compile(source, "<cell>" if manifest["entry"] == "cell" else "<script>", "exec")
         exec(code, ns)
         # Close what the algorithms keep open (a last BMUF block, the async/EASGD

@@ -2,10 +2,11 @@
 
 Event shape (one JSON object a line in ``<job_dir>/metrics/rank-<r>.jsonl``)::
 
-    {"job_id": "j-1a2b", "rank": 0, "step": 12, "time": 1764700000.25,
+    {"job_id": "j-1a2b", "rank": 0, "attempt": 0, "step": 12, "time": 1764700000.25,
      "values": {"loss": 0.53, "lr": 0.1}}
 
-``time`` is UNIX seconds (float) when ``log`` was called. ``values`` maps a metric name
+``attempt`` is torchrun's restart count (what the views use to show a redone step's
+newest value, :mod:`alchemist.metrics.attempts`). ``time`` is UNIX seconds (float) when ``log`` was called. ``values`` maps a metric name
 to a float; non-finite floats are written as ``NaN``/``Infinity`` (what Python's
 ``json`` module writes and reads back). System metrics (CPU, memory, network, GPU) are
 not mixed in here: :mod:`alchemist.metrics.system` writes them to
@@ -132,7 +133,12 @@ class Reporter:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._keys: dict[str, str] = {}
-        self._prefix = f'{{"job_id":{json.dumps(self.job_id)},"rank":{int(rank)},'
+        # The attempt (torchrun's restart count): a restarted job redoes steps, and the
+        # views show the newest attempt's values for them (alchemist.metrics.attempts).
+        self.attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0)
+        self._prefix = (
+            f'{{"job_id":{json.dumps(self.job_id)},"rank":{int(rank)},"attempt":{self.attempt},'
+        )
         if job_dir is None:
             self._memory = collections.deque(maxlen=memory_limit)
             return
@@ -185,6 +191,7 @@ class Reporter:
                 {
                     "job_id": self.job_id,
                     "rank": self.rank,
+                    "attempt": self.attempt,
                     "step": step,
                     "time": time.time(),
                     "values": values,

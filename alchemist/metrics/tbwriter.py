@@ -17,8 +17,11 @@ names except ``total_steps`` and ``batch_size``. It reads every ``--interval`` s
 (default 1), flushes after each read, and keeps its reader's cursor (the offset reached
 in each rank's file) in ``tensorboard/.cursor`` (under ``tensorboard/.lock``) so that a
 restarted job (a new rank 0) or a catch-up conversion when TensorBoard is opened goes on
-where the previous one stopped, without duplicates. SIGTERM, or end-of-file on stdin,
-makes it convert what is left and exit.
+where the previous one stopped, without duplicates. After a restart the redone steps
+show the newest attempt's values: the first event of a newer attempt writes a
+``SessionLog.START`` at its step, from which TensorBoard purges the older values
+(:mod:`alchemist.metrics.attempts`). SIGTERM, or end-of-file on stdin, makes it convert
+what is left and exit.
 
 Written with tensorboard's own ``EventFileWriter`` (what ``torch.utils.tensorboard``'s
 ``SummaryWriter`` wraps), so this process does not import torch.
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import json
 import os
 import select
 import signal
@@ -37,11 +41,14 @@ from pathlib import Path
 from typing import Any
 
 from alchemist.errors import CursorError
-from alchemist.jobdir import JobDir, atomic_write_bytes
+from alchemist.jobdir import JobDir, atomic_write_bytes, atomic_write_json
+from alchemist.metrics.attempts import AttemptTracker
 from alchemist.metrics.reader import MetricsReader
 from alchemist.metrics.reporter import META_KEYS, tensorboard_run_dir
 
 CURSOR_FILE = ".cursor"
+#: Each rank's newest attempt converted so far (JSON), kept beside the cursor.
+ATTEMPTS_FILE = ".attempts"
 LOCK_FILE = ".lock"
 #: Held (flock) by the running writer for its whole life.
 WRITER_FILE = ".writer"
@@ -54,6 +61,7 @@ class EventConverter:
         self.job_dir = job_dir
         self.reader = MetricsReader(job_dir)
         self.cursor_path = job_dir.tensorboard / CURSOR_FILE
+        self.attempts_path = job_dir.tensorboard / ATTEMPTS_FILE
         self.lock_path = job_dir.tensorboard / LOCK_FILE
         self.cursor = ""
         self._writers: dict[int, Any] = {}
@@ -86,8 +94,17 @@ class EventConverter:
             finally:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
+    def _load_attempts(self, fresh: bool) -> AttemptTracker:
+        if fresh:
+            return AttemptTracker()
+        try:
+            seen = json.loads(self.attempts_path.read_text())
+            return AttemptTracker({int(k): int(v) for k, v in seen.items()})
+        except (OSError, ValueError, AttributeError):
+            return AttemptTracker()
+
     def _sync_locked(self) -> int:
-        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.event_pb2 import Event, SessionLog
         from tensorboard.compat.proto.summary_pb2 import Summary
 
         try:
@@ -98,8 +115,21 @@ class EventConverter:
             events, cursor = self.reader.read(self.cursor)
         except CursorError:  # a stray edit of the file: start over, as a missing file does
             events, cursor = self.reader.read(None)
+        attempts = self._load_attempts(fresh=not self.cursor)
+        before = dict(attempts.seen)
         written: set[int] = set()
         for e in events:
+            cut = attempts.restart_at(e)
+            if cut is not None:
+                # A restarted attempt redoes steps from `cut`: TensorBoard purges what an
+                # earlier session logged at steps >= a SessionLog.START's step.
+                start = Event(
+                    wall_time=float(e.get("time") or 0.0),
+                    step=cut,
+                    session_log=SessionLog(status=SessionLog.START),
+                )
+                self._writer(int(e["rank"])).add_event(start)
+                written.add(int(e["rank"]))
             values = [
                 Summary.Value(tag=name, simple_value=float(v))
                 for name, v in e["values"].items()
@@ -117,6 +147,8 @@ class EventConverter:
             written.add(rank)
         for rank in written:
             self._writers[rank].flush()
+        if attempts.seen != before:
+            atomic_write_json(self.attempts_path, {str(k): v for k, v in attempts.seen.items()})
         if cursor != self.cursor:
             self.cursor = cursor
             atomic_write_bytes(self.cursor_path, str(cursor).encode())

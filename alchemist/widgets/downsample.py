@@ -88,6 +88,22 @@ class Series:
         self._n += 1
         self._view = None
 
+    def drop_from(self, x0: float) -> bool:
+        """Remove the points at ``x >= x0`` (steps a restarted attempt redoes).
+
+        Returns:
+            Whether any point was removed.
+        """
+        keep = self.x < x0
+        n = int(keep.sum())
+        if n == self._n:
+            return False
+        self._x[:n] = self.x[keep]
+        self._y[:n] = self.y[keep]
+        self._n = n
+        self._view = None
+        return True
+
     @property
     def x(self) -> FloatArray:
         return self._x[: self._n]

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from alchemist.jobdir import JobDir
+from alchemist.metrics.attempts import AttemptTracker
 from alchemist.metrics.reader import MetricsReader
 from alchemist.metrics.reporter import META_KEYS
 from alchemist.spec import JobState, JobStatus
@@ -174,6 +175,7 @@ class MonitorData:
             finished=self.info.get("finished"),
             restarts=int(self.info.get("restarts") or 0),
         )
+        self._attempts = AttemptTracker()
         self._metrics_reader = MetricsReader(job.job_dir)
         self._system_reader = MetricsReader(job.job_dir, system=True)
         # Opaque cursors over every rank's file (see alchemist.metrics.reader).
@@ -213,6 +215,11 @@ class MonitorData:
             rank, step = int(e["rank"]), e["step"]
             if step is None:
                 continue
+            cut = self._attempts.restart_at(e)
+            if cut is not None:  # a restarted attempt redoes steps: show its values
+                for (_name, r), series in self.series.items():
+                    if r == rank and series.drop_from(cut):
+                        changes.series.add((_name, r))
             prog = self.progress.setdefault(rank, RankProgress())
             wall = float(e.get("time") or 0.0)
             prog.step, prog.time = int(step), wall

@@ -217,9 +217,9 @@ class MonitorData:
                 continue
             cut = self._attempts.restart_at(e)
             if cut is not None:  # a restarted attempt redoes steps: show its values
-                for (_name, r), series in self.series.items():
-                    if r == rank and series.drop_from(cut):
-                        changes.series.add((_name, r))
+                for key, curve in self.series.items():
+                    if key[1] == rank and curve.drop_from(cut):
+                        changes.series.add(key)
             prog = self.progress.setdefault(rank, RankProgress())
             wall = float(e.get("time") or 0.0)
             prog.step, prog.time = int(step), wall

@@ -381,14 +381,50 @@ def _safe_name(stem: str) -> str:
     return name[:63]
 
 
+@dataclass
+class Listing:
+    """The current user's jobs, and those that could not be read.
+
+    Attributes:
+        jobs: newest first.
+        skipped: ``(job id, why)`` of each job whose record or directory is unreadable
+            (a damaged ``spec.json``, a backend no longer installed): listed apart, so
+            one broken job never hides the others.
+    """
+
+    jobs: list[Job]
+    skipped: list[tuple[str, str]]
+
+
+def list_jobs(state: str | None = None, limit: int | None = None) -> Listing:
+    """The current user's jobs, newest first, with states reconciled.
+
+    ``state`` filters on the reconciled state before ``limit`` counts, so
+    ``limit=5, state="running"`` is the five newest running jobs, however many
+    finished jobs are newer.
+    """
+    out: list[Job] = []
+    skipped: list[tuple[str, str]] = []
+    for record in get_store().list(config.current_user()):
+        if limit and len(out) >= limit:
+            break
+        job = Job(record)
+        try:
+            job.spec  # noqa: B018 - a job whose spec cannot be read is skipped here
+            current = job.status().state.value
+        except Exception as e:  # one unreadable job must not fail the whole list
+            why = str(e).splitlines()[0] if str(e) else type(e).__name__
+            skipped.append((record.id, why))
+            continue
+        if state and current != state:
+            continue
+        out.append(job)
+    return Listing(out, skipped)
+
+
 def jobs(state: str | None = None, limit: int | None = None) -> list[Job]:
-    """The current user's jobs, newest first, with states reconciled."""
-    out = [Job(r) for r in get_store().list(config.current_user(), state=None, limit=limit)]
-    for job in out:
-        job.status()
-    if state:
-        out = [j for j in out if j._record.state == state]
-    return out
+    """The current user's jobs, newest first (see :func:`list_jobs`)."""
+    return list_jobs(state, limit).jobs
 
 
 def attach(job_id: str) -> Job:

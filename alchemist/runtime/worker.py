@@ -195,6 +195,11 @@ def main(argv: list[str]) -> int:
             reporter_mod.get_reporter().close()
         except Exception:
             pass
+    # Before any teardown: a rank that aborts at interpreter exit after this line has
+    # finished its work, and the job's outcome comes from these records.
+    from alchemist import outcomes
+
+    outcomes.record(job_dir, rank, attempt, status)
     if status == 0:
         try:
             import torch.distributed as dist

@@ -41,3 +41,8 @@ class PermissionDeniedError(AlchemistError):
 
 class CursorError(AlchemistError, ValueError):
     """A metrics cursor that no read returned (the message says what a cursor looks like)."""
+
+
+class CapacityError(AlchemistError):
+    """The job asks for more than its backend can ever give (a user's mistake, not the
+    backend's: the message says what to lower)."""

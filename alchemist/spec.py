@@ -26,12 +26,14 @@ _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 class JobState(str, enum.Enum):
     """Life cycle of a job.
 
-    ``PENDING → RUNNING ⇄ RESTARTING → SUCCEEDED | FAILED | CANCELLED``. A job may go
-    from PENDING straight to a terminal state (for example cancelled before it ran).
-    Terminal states never change again.
+    ``PENDING → [QUEUED →] RUNNING ⇄ RESTARTING → SUCCEEDED | FAILED | CANCELLED``. A
+    job waits as QUEUED while its backend has no room for it (the reason says for what);
+    it may go from PENDING or QUEUED straight to a terminal state (for example cancelled
+    before it ran). Terminal states never change again.
     """
 
     PENDING = "pending"
+    QUEUED = "queued"
     RUNNING = "running"
     RESTARTING = "restarting"
     SUCCEEDED = "succeeded"

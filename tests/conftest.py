@@ -38,6 +38,11 @@ def alchemist_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     monkeypatch.setenv("ALCHEMIST_HOME", str(home))
     monkeypatch.delenv("ALCHEMIST_DB_URL", raising=False)
     monkeypatch.delenv("ALCHEMIST_BACKEND", raising=False)
+    # The local queue is machine-wide by default; each test gets its own, and room for
+    # the small jobs tests run side by side (the queue's own tests set their capacity).
+    monkeypatch.setenv("ALCHEMIST_ADMISSION_DIR", str(home / "admission"))
+    monkeypatch.setenv("ALCHEMIST_LOCAL_CPU_SLOTS", "64")
+    monkeypatch.delenv("ALCHEMIST_LOCAL_GPUS", raising=False)
     yield home
     left = processes_under(home)
     if left:

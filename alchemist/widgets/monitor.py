@@ -66,6 +66,7 @@ STATUS_EVERY = 1.0
 
 _STATE_COLOURS = {
     "pending": "#888",
+    "queued": "#bcbd22",
     "running": "#1f77b4",
     "restarting": "#ff7f0e",
     "succeeded": "#2ca02c",

@@ -4,9 +4,13 @@ put on the rank that died, with how, not on the survivor that lost its peer."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import psutil
 
 from alchemist import client, outcomes
 from alchemist.jobdir import JobDir
@@ -71,3 +75,81 @@ def test_every_rank_of_a_real_job_records_its_code_s_end() -> None:
     recs = outcomes.read(job.job_dir)
     assert sorted(recs) == [0, 1] and all(r.status == 0 for r in recs.values())
     assert outcomes.work_finished(job.job_dir, 2)
+
+
+HOLD = """
+import os, time
+deadline = time.time() + 120
+while not os.path.exists({release!r}) and time.time() < deadline:
+    time.sleep(0.05)
+done = True
+"""
+
+
+def _wait_running(job: client.Job) -> None:
+    deadline = time.monotonic() + 120
+    while job.status().state != JobState.RUNNING:
+        assert time.monotonic() < deadline, job.status()
+        time.sleep(0.05)
+    while not all(job.job_dir.rank_log(r).exists() for r in (0, 1)):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def _kill_supervisor(job: client.Job) -> None:
+    pid = int((job.job_dir.pids / "launcher.pid").read_text())
+    os.kill(pid, signal.SIGKILL)
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        time.sleep(0.02)
+
+
+def test_a_killed_supervisor_does_not_fail_work_that_finishes(tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    job = client.submit(HOLD.format(release=str(release)), namespace={}, workers=2)
+    _wait_running(job)
+    _kill_supervisor(job)
+    assert job.status().state == JobState.RUNNING, "its ranks run on: so does the job"
+    release.touch()
+    status = job.wait(timeout=120)
+    assert status.state == JobState.SUCCEEDED, status.reason
+
+
+def test_cancel_stops_the_ranks_of_a_job_whose_supervisor_was_killed(tmp_path: Path) -> None:
+    job = client.submit(HOLD.format(release=str(tmp_path / "never")), namespace={}, workers=2)
+    _wait_running(job)
+    _kill_supervisor(job)
+    t0 = time.monotonic()
+    job.cancel()
+    assert job.status().state == JobState.CANCELLED
+    assert time.monotonic() - t0 < 5
+    from tests.conftest import processes_under
+
+    assert processes_under(job.job_dir.root) == []
+
+
+def test_a_rank_aborting_in_teardown_after_its_work_does_not_fail_the_job() -> None:
+    cell = (
+        "import atexit, os, torch.distributed as dist\n"
+        "x = 42\n"
+        "if dist.get_rank() == 0:\n"
+        "    atexit.register(os.abort)  # as torch 2.13's gloo teardown abort does\n"
+    )
+    job = client.submit(cell, namespace={}, workers=2, outputs=["x"])
+    status = job.wait(timeout=120)
+    assert status.state == JobState.SUCCEEDED, (status.reason, job.logs())
+    assert job.outputs() == {"x": 42}
+    assert "after every rank's code had finished" in job.job_dir.launcher_log.read_text()
+
+
+def test_a_killed_rank_is_named_with_how_it_died() -> None:
+    cell = (
+        "import os, signal, time, torch, torch.distributed as dist\n"
+        "if dist.get_rank() == 1:\n"
+        "    time.sleep(0.5)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "dist.all_reduce(torch.ones(1))\n"
+    )
+    job = client.submit(cell, namespace={}, workers=2)
+    status = job.wait(timeout=120)
+    assert status.state == JobState.FAILED
+    assert status.reason == "rank 1 was killed by signal 9 (SIGKILL) (out of memory?)"

@@ -12,11 +12,14 @@ import os
 import subprocess
 import sys
 import time
+from typing import Any
 
+from alchemist import outcomes
 from alchemist.backends.api import Backend, DryRunInfo, JobRequest, format_command
 from alchemist.backends.launch import runtime_args, torchrun_args, worker_env
+from alchemist.backends.local.admission import Capacity
 from alchemist.backends.local.procs import CANCEL_MARKER, alive, job_processes, read_pid, terminate
-from alchemist.errors import BackendError, JobNotFoundError
+from alchemist.errors import CapacityError, JobNotFoundError
 from alchemist.jobdir import atomic_write_json
 from alchemist.spec import JobSpec, JobState, JobStatus
 
@@ -24,7 +27,36 @@ from alchemist.spec import JobSpec, JobState, JobStatus
 _START_GRACE_S = 30.0
 
 
-def _available_gpus() -> int:
+#: CPU slots jobs of this machine may use together (default: its cores).
+SLOTS_VAR = "ALCHEMIST_LOCAL_CPU_SLOTS"
+#: The machine's GPU count as the queue sees it (default: what CUDA finds). A test
+#: hook too: a fake inventory lets tests on a machine without GPUs check that
+#: concurrent jobs get disjoint CUDA_VISIBLE_DEVICES.
+GPUS_VAR = "ALCHEMIST_LOCAL_GPUS"
+
+
+def _env_count(name: str) -> int | None:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise CapacityError(f"{name} must be a whole number, got {raw!r}") from None
+    if value < 0:
+        raise CapacityError(f"{name} must be 0 or more, got {value}")
+    return value
+
+
+def _cpu_slots() -> int:
+    slots = _env_count(SLOTS_VAR)
+    return slots if slots is not None else os.cpu_count() or 1
+
+
+def _gpu_inventory() -> int:
+    fake = _env_count(GPUS_VAR)
+    if fake is not None:
+        return fake
     try:
         import torch
 
@@ -57,19 +89,29 @@ class LocalBackend(Backend):
             *runtime_args(req.job_dir),
         ]
 
-    def _check_resources(self, spec: JobSpec) -> None:
+    def capacity(self) -> Capacity:
+        """What this machine offers jobs: CPU slots (one per rank) and GPUs."""
+        return Capacity(slots=_cpu_slots(), gpus=_gpu_inventory())
+
+    def _check_resources(self, spec: JobSpec, capacity: Capacity) -> None:
+        """Refuse a job that could never fit on this machine, in one line."""
         gpus = spec.workers * spec.resources.gpus
-        if gpus:
-            have = _available_gpus()
-            if gpus > have:
-                raise BackendError(
-                    f"the job asks for {gpus} GPUs ({spec.workers} workers x"
-                    f" {spec.resources.gpus}) but this machine has {have}: lower"
-                    " --gpus-per-worker or -n, or use --backend kubernetes"
-                )
+        if gpus > capacity.gpus:
+            raise CapacityError(
+                f"the job asks for {gpus} GPUs ({spec.workers} workers x"
+                f" {spec.resources.gpus}) but this machine has {capacity.gpus}: lower"
+                " --gpus-per-worker or -n, or use --backend kubernetes"
+            )
+        if spec.world_size > capacity.slots:
+            raise CapacityError(
+                f"the job runs {spec.world_size} ranks but this machine has"
+                f" {capacity.slots} CPU slots (one per rank; its cores, or"
+                f" {SLOTS_VAR}): lower -n, or use --backend kubernetes"
+            )
 
     def _dryrun(self, req: JobRequest) -> DryRunInfo:
-        self._check_resources(req.spec)
+        capacity = self.capacity()
+        self._check_resources(req.spec, capacity)
         argv = self._command(req)
         env = worker_env(req.job_id, req.job_dir, req.spec)
         request = {
@@ -77,8 +119,22 @@ class LocalBackend(Backend):
             "env": env,
             "cwd": str(req.job_dir.root),
             "timeout": req.spec.timeout,
+            "world_size": req.spec.world_size,
+            "admission": {
+                "owner": req.owner,
+                "created": time.time(),
+                "slots": req.spec.world_size,
+                "gpus": req.spec.workers * req.spec.resources.gpus,
+                "capacity": {"slots": capacity.slots, "gpus": capacity.gpus},
+            },
         }
-        return DryRunInfo(backend=self.name, request=request, text=format_command(argv, env))
+        text = (
+            format_command(argv, env)
+            + f"\n# admission: {req.spec.world_size} of {capacity.slots} CPU slots,"
+            + f" {req.spec.workers * req.spec.resources.gpus} of {capacity.gpus} GPUs"
+            + " (it waits, queued, until they are free)"
+        )
+        return DryRunInfo(backend=self.name, request=request, text=text)
 
     def _schedule(self, req: JobRequest, info: DryRunInfo) -> None:
         jd = req.job_dir
@@ -121,14 +177,7 @@ class LocalBackend(Backend):
             if not state.is_terminal and (
                 launcher is not None or time.time() - created > _START_GRACE_S
             ):
-                jd.write_state(
-                    state="failed",
-                    reason="the job's launcher process is gone (killed, or the machine"
-                    " restarted); its files are kept in the job directory",
-                    finished=time.time(),
-                )
-                st = jd.read_state() or {}
-                state = JobState.FAILED
+                st, state = self._adopt(req, st, state)
         return JobStatus(
             state=state,
             reason=st.get("reason"),
@@ -137,6 +186,34 @@ class LocalBackend(Backend):
             started=st.get("started"),
             finished=st.get("finished"),
         )
+
+    def _adopt(
+        self, req: JobRequest, st: dict[str, Any], state: JobState
+    ) -> tuple[dict[str, Any], JobState]:
+        """The supervisor is gone: the job's state is what its ranks did.
+
+        Ranks that still run (torchrun lives on when only the supervisor was killed) keep
+        the job running, watched here until they end; then the ranks' records decide:
+        work that finished is a success, never "the launcher is gone".
+        """
+        jd = req.job_dir
+        torchrun = read_pid(jd.pids / "torchrun.pid")
+        if state == JobState.RUNNING and job_processes(jd.root, [torchrun] if torchrun else []):
+            return st, state
+        world = req.spec.world_size
+        if state == JobState.RUNNING and outcomes.work_finished(jd, world):
+            jd.write_state(state="succeeded", reason=None, finished=time.time())
+        else:
+            why = outcomes.died_first(jd, world) if state == JobState.RUNNING else None
+            jd.write_state(
+                state="failed",
+                reason=(why + "; " if why else "")
+                + "the job's launcher process is gone (killed, or the machine restarted);"
+                " its files are kept in the job directory",
+                finished=time.time(),
+            )
+        st = jd.read_state() or {}
+        return st, JobState(st["state"])
 
     def cancel(self, req: JobRequest) -> None:
         jd = req.job_dir

@@ -44,7 +44,9 @@ def alchemist_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     monkeypatch.setenv("ALCHEMIST_LOCAL_CPU_SLOTS", "64")
     monkeypatch.delenv("ALCHEMIST_LOCAL_GPUS", raising=False)
     yield home
-    left = processes_under(home)
+    # A supervisor writes the job's final state just before it exits: give processes
+    # that are ending on their own a moment, then fail for any that still run.
+    _gone, left = psutil.wait_procs(processes_under(home), timeout=5)
     if left:
         desc = [" ".join(p.cmdline()[:6]) for p in left if p.is_running()]
         for p in left:

@@ -153,3 +153,47 @@ def test_a_killed_rank_is_named_with_how_it_died() -> None:
     status = job.wait(timeout=120)
     assert status.state == JobState.FAILED
     assert status.reason == "rank 1 was killed by signal 9 (SIGKILL) (out of memory?)"
+
+
+def test_the_state_shows_restarting_while_the_group_restarts() -> None:
+    cell = (
+        "import alchemist, torch.distributed as dist\n"
+        "if alchemist.restart_count() == 0 and dist.get_rank() == 1:\n"
+        "    raise RuntimeError('attempt 1 fails')\n"
+    )
+    job = client.submit(cell, namespace={}, workers=2, max_restarts=1)
+    seen = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        st = job.status()
+        if not seen or seen[-1] != st.state:
+            seen.append(st.state)
+        if st.state.is_terminal:
+            break
+        time.sleep(0.02)
+    assert JobState.RESTARTING in seen, seen
+    assert seen[-1] == JobState.SUCCEEDED and seen.index(JobState.RESTARTING) < len(seen) - 1
+    assert job.status().restarts == 1
+
+
+def test_cancel_ends_a_job_with_a_stopped_rank_within_five_seconds(tmp_path: Path) -> None:
+    marker = tmp_path / "stopped"
+    cell = (
+        "import os, signal, time, torch.distributed as dist\n"
+        "if dist.get_rank() == 1:\n"
+        f"    open({str(marker)!r}, 'w').close()\n"
+        "    os.kill(os.getpid(), signal.SIGSTOP)\n"
+        "time.sleep(120)\n"
+    )
+    job = client.submit(cell, namespace={}, workers=2)
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert time.monotonic() < deadline, job.logs()
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    job.cancel()
+    assert job.status().state == JobState.CANCELLED
+    assert time.monotonic() - t0 < 5
+    from tests.conftest import processes_under
+
+    assert processes_under(job.job_dir.root) == []

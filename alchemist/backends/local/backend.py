@@ -120,6 +120,7 @@ class LocalBackend(Backend):
             "cwd": str(req.job_dir.root),
             "timeout": req.spec.timeout,
             "world_size": req.spec.world_size,
+            "max_restarts": req.spec.max_restarts,
             "admission": {
                 "owner": req.owner,
                 "created": time.time(),

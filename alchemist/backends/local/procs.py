@@ -54,10 +54,15 @@ def job_processes(job_root: Path, root_pids: list[int]) -> list[psutil.Process]:
 
 
 def terminate(procs: list[psutil.Process], grace: float = 5.0) -> None:
-    """SIGTERM, wait up to ``grace`` seconds, then SIGKILL what is left, and reap."""
+    """SIGTERM, wait up to ``grace`` seconds, then SIGKILL what is left, and reap.
+
+    A stopped process (SIGSTOP, a debugger) is continued after the SIGTERM, so that it
+    can act on it instead of sitting out the grace.
+    """
     for p in procs:
         with contextlib.suppress(psutil.Error):
             p.send_signal(signal.SIGTERM)
+            p.send_signal(signal.SIGCONT)
     _, left = psutil.wait_procs(procs, timeout=grace)
     for p in left:
         with contextlib.suppress(psutil.Error):

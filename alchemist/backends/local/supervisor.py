@@ -72,21 +72,25 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, on_term)
     env = {**os.environ, **request["env"]}
     queue = _queue(request)
+    final: dict[str, Any] = {"state": "failed", "reason": "the supervisor failed"}
     try:
+        granted: list[int] | None = []
         if queue is not None:
             granted = _wait_for_admission(job_dir, request, queue, lambda: cancelled)
-            if granted is None:
-                job_dir.write_state(
-                    state="cancelled", reason="cancelled by the user", finished=time.time()
-                )
-                return 0
-            if request["admission"]["gpus"]:
+            if granted and request["admission"]["gpus"]:
                 # The job's own devices: each rank's cuda:LOCAL_RANK is one of them.
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in granted)
-        return _run(job_dir, request, env, timeout, lambda: cancelled)
+        if granted is None:
+            final = {"state": "cancelled", "reason": "cancelled by the user"}
+        else:
+            final = _run(job_dir, request, env, timeout, lambda: cancelled)
     finally:
+        # Free the job's place before the state says it ended: whoever sees the end
+        # may submit the next job at once.
         if queue is not None:
             queue.release(job_dir.job_id)
+        job_dir.write_state(finished=time.time(), **final)
+    return 0
 
 
 def _queue(request: dict[str, Any]) -> admission.Queue | None:
@@ -129,9 +133,42 @@ def _wait_for_admission(
         time.sleep(0.2)
 
 
+#: Seconds a cancelled job's ranks get to stop on SIGTERM before they are killed.
+CANCEL_GRACE_S = 3.0
+
+
+def _show_restart(job_dir: JobDir, max_restarts: int, shown: int | None) -> int | None:
+    """Show ``restarting`` while torchrun restarts the worker group.
+
+    torchrun says nothing when it restarts; the ranks' records do: a rank of the
+    current attempt whose code failed, with restarts left, means a new attempt is
+    coming; the new attempt's rank 0 then writes its number to ``restarts``.
+
+    Returns:
+        The attempt whose failure is shown as ``restarting``, or None.
+    """
+    if not max_restarts:
+        return None
+    recorded = outcomes.read(job_dir)
+    attempt = outcomes.latest_attempt(job_dir, recorded)
+    if shown is not None and attempt > shown:
+        job_dir.write_state(state="running", reason=None)
+        return None
+    failed = any(o.attempt == attempt and o.status != 0 for o in recorded.values())
+    if shown is None and failed and attempt < max_restarts:
+        job_dir.write_state(
+            state="restarting",
+            reason=f"attempt {attempt + 1} failed; restarting the workers"
+            f" ({attempt + 1} of {max_restarts} restarts)",
+        )
+        return attempt
+    return shown
+
+
 def _run(
     job_dir: JobDir, request: dict[str, Any], env: dict[str, str], timeout: Any, cancelled_: Any
-) -> int:
+) -> dict[str, Any]:
+    """Run torchrun to its end; return the job's final state fields."""
     started = time.time()
     job_dir.write_state(state="running", started=started, supervisor_pid=os.getpid())
     proc = subprocess.Popen(request["argv"], env=env, cwd=request.get("cwd") or None)
@@ -139,6 +176,8 @@ def _run(
 
     reason = None
     cancelled = False
+    restarting: int | None = None
+    max_restarts = int(request.get("max_restarts") or 0)
     while True:
         try:
             rc = proc.wait(timeout=0.2)
@@ -151,18 +190,19 @@ def _run(
         elif timeout and time.time() - started > timeout:
             reason = f"timed out after {timeout:g} s (--timeout)"
         else:
+            restarting = _show_restart(job_dir, max_restarts, restarting)
             continue
-        # torchrun forwards SIGTERM to its workers; stragglers are killed after the grace.
-        terminate(job_processes(job_dir.root, [proc.pid]), grace=10.0)
+        # torchrun forwards SIGTERM to its workers; stragglers (a stopped rank, one
+        # blocked in a gloo collective, which ignores signals) are killed after the grace.
+        terminate(job_processes(job_dir.root, [proc.pid]), grace=CANCEL_GRACE_S)
         rc = proc.wait()
         break
 
-    finished = time.time()
     if cancelled:
-        job_dir.write_state(state="cancelled", reason=reason, exit_code=rc, finished=finished)
-    elif reason:
-        job_dir.write_state(state="failed", reason=reason, exit_code=rc, finished=finished)
-    elif rc == 0 or outcomes.work_finished(job_dir, int(request.get("world_size") or 0)):
+        return {"state": "cancelled", "reason": reason, "exit_code": rc}
+    if reason:
+        return {"state": "failed", "reason": reason, "exit_code": rc}
+    if rc == 0 or outcomes.work_finished(job_dir, int(request.get("world_size") or 0)):
         # Every rank's code finished: a rank that aborted in interpreter teardown
         # afterwards (torch 2.13 with gloo, about 1 run in 20) lost no work.
         if rc:
@@ -171,21 +211,14 @@ def _run(
                 " finished (a rank aborted in interpreter teardown); the job succeeded",
                 flush=True,
             )
-        job_dir.write_state(state="succeeded", reason=None, exit_code=rc, finished=finished)
-    else:
-        world = int(request.get("world_size") or 0)
-        try:
-            launcher_log = job_dir.launcher_log.read_text(errors="replace")
-        except OSError:
-            launcher_log = ""
-        why = outcomes.died_first(job_dir, world, launcher_log) if world else None
-        job_dir.write_state(
-            state="failed",
-            reason=why or failure_reason(job_dir, rc),
-            exit_code=rc,
-            finished=finished,
-        )
-    return 0
+        return {"state": "succeeded", "reason": None, "exit_code": rc}
+    world = int(request.get("world_size") or 0)
+    try:
+        launcher_log = job_dir.launcher_log.read_text(errors="replace")
+    except OSError:
+        launcher_log = ""
+    why = outcomes.died_first(job_dir, world, launcher_log) if world else None
+    return {"state": "failed", "reason": why or failure_reason(job_dir, rc), "exit_code": rc}
 
 
 if __name__ == "__main__":

@@ -63,6 +63,8 @@ READ_BUDGET = 16 << 20
 #: On attach, only the end of each rank log is read (the tail shows the last lines).
 LOG_TAIL_BYTES = 256 << 10
 STATUS_EVERY = 1.0
+#: The step axis spans at least 0..this, so its ticks stay on whole steps.
+MIN_STEP_AXIS = 10
 
 _STATE_COLOURS = {
     "pending": "#888",
@@ -363,10 +365,13 @@ def progress_html(data: MonitorData) -> str:
     for rank in sorted(data.progress):
         p = data.progress[rank]
         if p.total_steps:
-            frac = min(1.0, (p.step or 0) / p.total_steps)
+            # Steps count from 0: at step s, s + 1 steps are done (the last of
+            # total_steps steps is 100 %).
+            done = min(int(p.total_steps), (p.step or 0) + 1)
+            frac = done / p.total_steps
             bar = (
                 f'<progress value="{frac:.3f}" max="1"></progress>'
-                f" {p.step}/{int(p.total_steps)} ({100 * frac:.0f}%)"
+                f" {done}/{int(p.total_steps)} ({100 * frac:.0f}%)"
             )
         else:
             bar = f"{p.step}"
@@ -697,14 +702,16 @@ class JobMonitor:
         import ipywidgets as w
 
         bq = self._bq
-        xs, ys = bq.LinearScale(), bq.LinearScale()
+        # Steps are whole numbers from 0: a scale from 0 to at least MIN_STEP_AXIS keeps
+        # the ticks on integers (an automatic domain around one point gave "-20.1149m").
+        xs, ys = bq.LinearScale(min=0.0, max=float(MIN_STEP_AXIS)), bq.LinearScale()
         fig = bq.Figure(
             title=name,
             axes=[
                 # explicit tick formats: bqplot's automatic one throws in the front end
                 # on a single-point axis, and a widget whose update failed there never
                 # updates again (the chart froze at its first point)
-                bq.Axis(scale=xs, label="step", tick_format="~s", num_ticks=5),
+                bq.Axis(scale=xs, label="step", tick_format="~s", num_ticks=5),  # 1.5k, 20M
                 bq.Axis(scale=ys, orientation="vertical", tick_format=".3g", num_ticks=5),
             ],
             fig_margin={"top": 40, "bottom": 40, "left": 60, "right": 10},
@@ -757,12 +764,25 @@ class JobMonitor:
                     x, y = d.series[(name, rank)].view()
                     with mark.hold_sync():  # one message per curve and update
                         mark.x, mark.y = x, y
+            self._fit_step_axis(name, fig)
         if changes.progress:
             self._progress.value = progress_html(d)
         if changes.system:
             self._system.value = system_html(d)
         if changes.logs:
             self._render_logs()
+
+    def _fit_step_axis(self, name: str, fig: Any) -> None:
+        """Fix the step axis to [0, MIN_STEP_AXIS] until the steps outgrow it, then let
+        it follow the data (whole-number ticks either way)."""
+        last = max(
+            (s.x.max() for (n, _r), s in self.data.series.items() if n == name and len(s)),
+            default=0.0,
+        )
+        xs = fig._alchemist_scales[0]
+        want = float(MIN_STEP_AXIS) if last < MIN_STEP_AXIS else None
+        if xs.max != want:
+            xs.max = want
 
     def _render_logs(self) -> None:
         rank = self._log_rank.value

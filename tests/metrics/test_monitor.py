@@ -84,7 +84,7 @@ def test_monitor_rebuilds_a_finished_jobs_history(ip: Any, finished_job: Any) ->
     assert 'data-state="succeeded"' in m._header.value
     assert "workers 2" in m._header.value and "algorithm sync" in m._header.value
     assert m.data.progress[0].total_steps == 40 and m.data.progress[1].step == 39
-    assert "39/40" in m._progress.value and "samples/s" in m._progress.value
+    assert "40/40 (100%)" in m._progress.value and "samples/s" in m._progress.value
     assert set(m.data.system) == {0, 1}, "each rank's sampler wrote system metrics"
     assert m.data.system[0]["values"]["rss_bytes"] > 0
     assert "CPU %" in m._system.value
@@ -130,9 +130,11 @@ def test_monitor_gains_points_while_a_job_logs(ip: Any, writer_job: Any) -> None
     assert m.data.points("loss") == 150, "every point is kept"
     x = list(fig.marks[0].x)
     assert x[0] == 0 and x[-1] == 149
+    step_scale = fig.axes[0].scale  # from 0, following the data once past 10 steps
+    assert step_scale.min == 0 and step_scale.max is None
     assert m.updates < 150 / 2, "updates are batched, not one per point"
     assert "writer done" in m._log.value
-    assert "149/150" in m._progress.value
+    assert "150/150" in m._progress.value
 
 
 def test_display_keeps_updating_in_the_background(

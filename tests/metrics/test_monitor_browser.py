@@ -220,7 +220,7 @@ def test_monitor_chart_grows_while_the_job_logs(lab: str, browser: Any) -> None:
     # automatic tick format threw on the single-point axis): none may fail.
     assert not [e for e in page.alchemist_errors if "setting state" in e], page.alchemist_errors
     # The rest of the monitor rendered too.
-    assert "49/50" in monitor.locator(".alchemist-progress").inner_text()
+    assert "50/50" in monitor.locator(".alchemist-progress").inner_text()
     assert monitor.get_by_role("button", name="Cancel").is_disabled()
     page.context.close()
 

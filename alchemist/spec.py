@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import keyword
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,30 @@ ALGORITHMS = ("sync", "async", "bmuf", "easgd", "horovod")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+#: Environment variables the runtime sets for every rank: a job's ``env`` may not
+#: override them (``RANK=9`` gave a rank the wrong identity), nor preload code into
+#: every process of the launcher.
+RUNTIME_ENV = frozenset(
+    {
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "GROUP_WORLD_SIZE",
+        "ROLE_RANK",
+        "ROLE_WORLD_SIZE",
+        "ROLE_NAME",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "CUDA_VISIBLE_DEVICES",
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+    }
+)
+#: Prefixes of variables the runtime and its launchers own.
+RUNTIME_ENV_PREFIXES = ("ALCHEMIST_", "TORCHELASTIC_", "HOROVOD_")
 
 
 class JobState(str, enum.Enum):
@@ -132,9 +157,17 @@ class JobSpec:
         for key in self.env:
             if not _ENV_KEY_RE.match(key):
                 raise SpecError(f"environment variable name {key!r} is not valid")
+            if key in RUNTIME_ENV or key.startswith(RUNTIME_ENV_PREFIXES):
+                raise SpecError(
+                    f"environment variable {key} is set by Alchemist for every rank and"
+                    " cannot be overridden with env; read it in the code instead"
+                )
         for out in self.outputs:
-            if not out.isidentifier():
-                raise SpecError(f"output {out!r} is not a Python variable name")
+            if not isinstance(out, str) or not out.isidentifier() or keyword.iskeyword(out):
+                raise SpecError(
+                    f"output {out!r} is not a name a cell can assign (a Python identifier,"
+                    " not a keyword such as None or class)"
+                )
         if self.global_batch is not None and self.global_batch < self.world_size:
             raise SpecError(
                 f"global_batch {self.global_batch} is smaller than the world size"

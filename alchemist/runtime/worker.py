@@ -100,14 +100,36 @@ def _init_process_group(algorithm: str) -> None:
 
 
 def _save_outputs(job_dir: JobDir, names: list[str], ns: dict[str, Any]) -> None:
+    """Pickle the named values rank 0 has. A name the cell did not define is said in
+    the log, and the others are kept: the work is done, and is not lost over one name."""
     import cloudpickle
 
     missing = [n for n in names if n not in ns]
     if missing:
-        raise AlchemistError(
-            f"--outputs names {', '.join(missing)}, which the cell did not define on rank 0"
+        print(
+            f"[alchemist] warning: -o names {', '.join(missing)}, which the cell did not"
+            " define on rank 0; the other outputs are kept",
+            file=sys.stderr,
+            flush=True,
         )
-    atomic_write_bytes(job_dir.outputs, cloudpickle.dumps({n: ns[n] for n in names}))
+    kept = {n: ns[n] for n in names if n in ns}
+    try:
+        blob = cloudpickle.dumps(kept)
+    except Exception:  # one value cannot be pickled: keep the others, say which
+        good = {}
+        for name, value in kept.items():
+            try:
+                cloudpickle.dumps(value)
+                good[name] = value
+            except Exception as e:
+                print(
+                    f"[alchemist] warning: output {name!r} cannot be pickled"
+                    f" ({type(e).__name__}: {e}); the other outputs are kept",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        blob = cloudpickle.dumps(good)
+    atomic_write_bytes(job_dir.outputs, blob)
 
 
 def _user_traceback(exc: BaseException) -> str:

@@ -197,3 +197,14 @@ def test_cancel_ends_a_job_with_a_stopped_rank_within_five_seconds(tmp_path: Pat
     from tests.conftest import processes_under
 
     assert processes_under(job.job_dir.root) == []
+
+
+def test_valid_outputs_are_kept_when_one_is_missing_or_unpicklable() -> None:
+    cell = "import threading\nx = 1\nlock = threading.Lock()\n"
+    job = client.submit(cell, namespace={}, workers=2, outputs=["x", "y", "lock"])
+    status = job.wait(timeout=120)
+    assert status.state == JobState.SUCCEEDED, job.logs()
+    assert job.outputs() == {"x": 1}
+    log = job.logs(0)
+    assert "-o names y, which the cell did not define on rank 0" in log
+    assert "output 'lock' cannot be pickled" in log

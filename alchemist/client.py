@@ -7,6 +7,7 @@ and (unless ``dry_run``) records the job and runs exactly that.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import time
@@ -361,6 +362,8 @@ def submit(
         spec=spec.to_dict(),
         job_dir=str(job_dir.root),
     )
+    # Beside the spec, so that a directory whose row was lost is indexed again.
+    atomic_write_json(job_dir.record, _record_file(record))
     store = get_store()
     store.add(record)
     try:
@@ -396,16 +399,74 @@ class Listing:
     skipped: list[tuple[str, str]]
 
 
+def _record_file(record: JobRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "owner": record.owner,
+        "name": record.name,
+        "backend": record.backend,
+        "created": record.created,
+    }
+
+
+def _reindex(known: set[str], owner: str) -> int:
+    """Index again the owner's job directories that have no row (a submit that died
+    between writing the job's files and its row); returns how many."""
+    store = get_store()
+    added = 0
+    try:
+        entries = list(os.scandir(config.jobs_root()))
+    except OSError:
+        return 0
+    for entry in entries:
+        if entry.name in known or not entry.is_dir(follow_symlinks=False):
+            continue
+        jd = JobDir(Path(entry.path))
+        try:
+            meta = json.loads(jd.record.read_text())
+            spec = json.loads(jd.spec.read_text())
+        except (OSError, ValueError):
+            continue  # not a job directory, or another user's (0700)
+        if meta.get("owner") != owner or meta.get("id") != entry.name:
+            continue
+        try:
+            store.add(
+                JobRecord(
+                    id=entry.name,
+                    owner=owner,
+                    name=str(meta.get("name") or "job"),
+                    backend=str(meta.get("backend") or "local"),
+                    state=JobState.PENDING.value,
+                    reason=None,
+                    created=float(meta.get("created") or entry.stat().st_mtime),
+                    started=None,
+                    finished=None,
+                    restarts=0,
+                    spec=spec,
+                    job_dir=str(jd.root),
+                )
+            )
+            added += 1
+        except Exception:  # indexed meanwhile by another process
+            continue
+    return added
+
+
 def list_jobs(state: str | None = None, limit: int | None = None) -> Listing:
     """The current user's jobs, newest first, with states reconciled.
 
     ``state`` filters on the reconciled state before ``limit`` counts, so
     ``limit=5, state="running"`` is the five newest running jobs, however many
-    finished jobs are newer.
+    finished jobs are newer. A job directory of the user's that has no row in the
+    index is indexed again first, so no job is ever missing from the list.
     """
     out: list[Job] = []
     skipped: list[tuple[str, str]] = []
-    for record in get_store().list(config.current_user()):
+    owner = config.current_user()
+    records = get_store().list(owner)
+    if _reindex({r.id for r in records}, owner):
+        records = get_store().list(owner)
+    for record in records:
         if limit and len(out) >= limit:
             break
         job = Job(record)

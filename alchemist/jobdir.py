@@ -3,6 +3,7 @@
 Layout of ``<ALCHEMIST_HOME>/jobs/<job_id>/``::
 
     spec.json                      the JobSpec (written once, at submission)
+    record.json                    the index row as submitted (owner, name, created)
     bundle/                        the shipped cell: source.py, namespace.pkl, manifest.json
     state.json                     the launcher's view of the job (state, reason, exit code)
     logs/rank-<r>.log              each rank's stdout and stderr, appended across restarts
@@ -72,6 +73,12 @@ class JobDir:
     @property
     def spec(self) -> Path:
         return self.root / "spec.json"
+
+    @property
+    def record(self) -> Path:
+        """``record.json``: the job's index row as submitted (id, owner, name, backend,
+        created), so that a job whose row is missing is indexed again."""
+        return self.root / "record.json"
 
     @property
     def bundle(self) -> Path:

@@ -47,3 +47,25 @@ def test_an_unreadable_job_is_listed_apart_and_hides_no_other() -> None:
     assert len(listing.skipped) == 1
     job_id, why = listing.skipped[0]
     assert job_id == "damaged" and "colour" in why
+
+
+def test_a_job_directory_whose_row_was_lost_is_indexed_again(monkeypatch) -> None:
+    job = client.submit("x = 1", namespace={}, workers=2)
+    assert job.wait(timeout=120).state.value == "succeeded"
+    get_store().delete(job.id)  # the row a racing submit once failed to write
+    listed = client.jobs()
+    assert [j.id for j in listed] == [job.id]
+    assert listed[0].status().state.value == "succeeded"
+    assert listed[0].name == job.name and listed[0].created == job.created
+
+
+def test_another_users_job_directory_is_never_adopted() -> None:
+    import json
+
+    from alchemist.jobdir import JobDir
+
+    jd = JobDir(config.jobs_root() / "jbob0000001").create()
+    jd.spec.write_text(json.dumps(JobSpec(name="bobs").to_dict()))
+    jd.record.write_text(json.dumps({"id": "jbob0000001", "owner": "bob", "created": 1.0}))
+    assert client.jobs() == []
+    assert get_store().get("jbob0000001") is None

@@ -11,7 +11,8 @@ flags (:func:`add_arguments`), :func:`alchemist.client.make_spec`'s keywords
 ``tests/core/test_job_options.py`` fails when an entry point and the table disagree.
 
 The text forms of keyed values (``--env K=V``, ``--algorithm-option K=V``) are read here
-too (:func:`parse_kv`, :func:`coerce`), so the magic, the CLI and the panel read them alike.
+too (:func:`parse_kv`, :func:`coerce`), so the magic and the CLI read them alike (the
+panel's ``parseAlgorithmOptions`` in ``extensions/lab/src/model.ts`` follows :func:`coerce`).
 
 This module imports no torch (and no IPython), so the CLI and the server load it cheaply.
 """
@@ -66,8 +67,8 @@ class JobOption:
         name: the keyword (``make_spec``, REST body, panel field); also the
             :class:`~alchemist.spec.JobSpec` field it fills unless ``resource`` is set.
         type: one of :data:`TYPES`.
-        default: the value when not given (None: not set; ``backend`` and ``name`` then
-            fall back as :func:`spec_from_options` says).
+        default: the value when not given (None: not set, so the spec's own default,
+            or for ``backend`` ``$ALCHEMIST_BACKEND``, see :func:`alchemist.client.make_spec`).
         help: one line for ``--help`` and the panel's tooltip.
         flags: the command-line spelling, e.g. ``("-n", "--workers")``.
         resource: the :class:`~alchemist.spec.Resources` field it fills, if any.
@@ -95,113 +96,126 @@ class JobOption:
 
 #: Every job option, in the order help texts and the panel's form show them.
 JOB_OPTIONS: tuple[JobOption, ...] = (
-    JobOption("workers", "int", 2, "number of workers", ("-n", "--workers"), "Workers", minimum=1),
     JobOption(
-        "gpus_per_worker",
-        "int",
-        0,
-        "GPUs per worker (0: CPU); one process per GPU",
-        ("--gpus-per-worker",),
-        "GPUs / worker",
+        name="workers",
+        type="int",
+        default=2,
+        help="number of workers",
+        flags=("-n", "--workers"),
+        label="Workers",
+        minimum=1,
+    ),
+    JobOption(
+        name="gpus_per_worker",
+        type="int",
+        default=0,
+        help="GPUs per worker (0: CPU); one process per GPU",
+        flags=("--gpus-per-worker",),
+        label="GPUs / worker",
         resource="gpus",
         minimum=0,
     ),
     JobOption(
-        "algorithm",
-        "str",
-        "sync",
-        "distributed algorithm",
-        ("--algorithm",),
-        "Algorithm",
+        name="algorithm",
+        type="str",
+        default="sync",
+        help="distributed algorithm",
+        flags=("--algorithm",),
+        label="Algorithm",
         choices=ALGORITHMS,
     ),
     JobOption(
-        "algorithm_options",
-        "kv_typed",
-        None,
-        algorithm_option_help(),
-        ("--algorithm-option",),
-        "Algorithm options",
+        name="algorithm_options",
+        type="kv_typed",
+        default=None,
+        help=algorithm_option_help(),
+        flags=("--algorithm-option",),
+        label="Algorithm options",
     ),
     JobOption(
-        "backend",
-        "str",
-        None,
-        "backend name: local or kubernetes (default: $ALCHEMIST_BACKEND, else local)",
-        ("--backend",),
-        "Backend",
+        name="backend",
+        type="str",
+        default=None,
+        help="backend name: local or kubernetes (default: $ALCHEMIST_BACKEND, else local)",
+        flags=("--backend",),
+        label="Backend",
     ),
     JobOption(
-        "name", "str", None, "a name for the job (default: job or the file's)", ("--name",), "Name"
+        name="name",
+        type="str",
+        default=None,
+        help="a name for the job (default: job or the file's)",
+        flags=("--name",),
+        label="Name",
     ),
     JobOption(
-        "max_restarts",
-        "int",
-        0,
-        "restarts of the worker group after a failure",
-        ("--max-restarts",),
-        "Max restarts",
+        name="max_restarts",
+        type="int",
+        default=0,
+        help="restarts of the worker group after a failure",
+        flags=("--max-restarts",),
+        label="Max restarts",
         minimum=0,
     ),
     JobOption(
-        "timeout",
-        "float",
-        None,
-        "stop the job after this many seconds (default: no limit)",
-        ("--timeout",),
-        "Timeout (s)",
+        name="timeout",
+        type="float",
+        default=None,
+        help="stop the job after this many seconds (default: no limit)",
+        flags=("--timeout",),
+        label="Timeout (s)",
         minimum=0,
     ),
     JobOption(
-        "global_batch",
-        "int",
-        None,
-        "global batch over all ranks (a multiple of the world size)",
-        ("--global-batch",),
-        "Global batch",
+        name="global_batch",
+        type="int",
+        default=None,
+        help="global batch over all ranks (a multiple of the world size)",
+        flags=("--global-batch",),
+        label="Global batch",
         minimum=1,
     ),
     JobOption(
-        "env",
-        "kv",
-        None,
-        "environment variable of every worker (repeatable)",
-        ("--env",),
-        "Environment",
+        name="env",
+        type="kv",
+        default=None,
+        help="environment variable of every worker (repeatable)",
+        flags=("--env",),
+        label="Environment",
     ),
     JobOption(
-        "image",
-        "str",
-        None,
-        "container image (kubernetes backend; default: the backend's)",
-        ("--image",),
-        "Image",
+        name="image",
+        type="str",
+        default=None,
+        help="container image (kubernetes backend; default: the backend's)",
+        flags=("--image",),
+        label="Image",
     ),
     JobOption(
-        "cpu",
-        "str",
-        None,
-        "CPU per worker, e.g. 4 (kubernetes backend)",
-        ("--cpu",),
-        "CPU / worker",
+        name="cpu",
+        type="str",
+        default=None,
+        help="CPU per worker, e.g. 4 (kubernetes backend)",
+        flags=("--cpu",),
+        label="CPU / worker",
         resource="cpu",
     ),
     JobOption(
-        "memory",
-        "str",
-        None,
-        "memory per worker, e.g. 16Gi (kubernetes backend)",
-        ("--memory",),
-        "Memory / worker",
+        name="memory",
+        type="str",
+        default=None,
+        help="memory per worker, e.g. 16Gi (kubernetes backend)",
+        flags=("--memory",),
+        label="Memory / worker",
         resource="memory",
     ),
     JobOption(
-        "outputs",
-        "names",
-        None,
-        "copy these variables back from rank 0 after success",
-        ("-o", "--outputs"),
-        "Outputs",
+        name="outputs",
+        type="names",
+        default=None,
+        help="copy these variables back from rank 0 after success",
+        flags=("-o", "--outputs"),
+        label="Outputs",
         # A script run by the CLI or the REST API has no caller to copy values back to.
         entry_points=frozenset({"magic", "python"}),
     ),
@@ -384,7 +398,9 @@ def check_body_types(data: Mapping[str, Any]) -> tuple[str, str] | None:
         if isinstance(value, bool) or not isinstance(value, types):
             want = " or ".join(_TYPE_NAMES[t] for t in types)
             return opt.name, f"{opt.name} must be {want}, got {json.dumps(value)}"
-        if opt.type == "kv":
+        if isinstance(value, list) and not all(isinstance(item, str) for item in value):
+            return opt.name, f"{opt.name} must be a list of strings, got {json.dumps(value)}"
+        if opt.type == "kv" and isinstance(value, dict):
             for key, item in value.items():
                 if not isinstance(item, str):
                     return opt.name, (

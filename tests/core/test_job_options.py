@@ -70,7 +70,7 @@ def test_the_table_fills_every_spec_field_and_each_once() -> None:
 
 
 def test_one_algorithm_list() -> None:
-    assert ALGORITHMS == tuple(ALGORITHM_OPTIONS)
+    assert tuple(ALGORITHM_OPTIONS) == ALGORITHMS
     (algorithm,) = (opt for opt in JOB_OPTIONS if opt.name == "algorithm")
     assert algorithm.choices == ALGORITHMS
 
@@ -197,3 +197,13 @@ def test_cli_image_cpu_and_memory_reach_the_spec(
     # a K=V flag without '=' is one line and exit status 2, as every user mistake
     assert cli.main([*argv, "--env", "NOVALUE"]) == 2
     assert capsys.readouterr().err == "alchemist: error: --env expects KEY=VALUE, got 'NOVALUE'\n"
+
+
+def test_the_table_imports_no_torch_or_ipython() -> None:
+    """The CLI and the server read the table; it must stay cheap to import."""
+    import subprocess
+    import sys
+
+    code = "import sys, alchemist.options; print(sorted({'torch', 'IPython'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -14,20 +14,10 @@ import sys
 from pathlib import Path
 
 from alchemist import client
-from alchemist.console import LogFollower, status_line
+from alchemist.console import LogFollower, format_jobs_table, status_line
 from alchemist.errors import AlchemistError
-from alchemist.runtime.algorithms.options import flag_help as algorithm_option_help
-from alchemist.spec import ALGORITHMS, JobState
-
-
-def _kv(items: list[str] | None, flag: str) -> dict[str, str]:
-    out = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise AlchemistError(f"{flag} expects KEY=VALUE, got {item!r}")
-        out[key] = value
-    return out
+from alchemist.options import add_arguments, options_from_args
+from alchemist.spec import JobState
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,21 +26,7 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("submit", help="run a .py script or .ipynb notebook as a job")
     s.add_argument("file", type=Path)
-    s.add_argument("-n", "--workers", type=int, default=2)
-    s.add_argument("--gpus-per-worker", type=int, default=0)
-    s.add_argument("--backend", default=None)
-    s.add_argument("--name", default=None)
-    s.add_argument("--max-restarts", type=int, default=0)
-    s.add_argument("--timeout", type=float, default=None)
-    s.add_argument("--env", action="append", metavar="K=V")
-    s.add_argument("--algorithm", default="sync", choices=ALGORITHMS)
-    s.add_argument(
-        "--algorithm-option",
-        action="append",
-        metavar="K=V",
-        help=algorithm_option_help(),
-    )
-    s.add_argument("--global-batch", type=int, default=None)
+    add_arguments(s, "cli")
     s.add_argument("--detach", action="store_true", help="print the job id and return")
     s.add_argument("--dry-run", action="store_true", help="print what would run; submit nothing")
 
@@ -103,24 +79,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     if args.command == "submit":
-        from alchemist.magics import _coerce
-
-        result = client.submit(
-            args.file,
-            dry_run=args.dry_run,
-            workers=args.workers,
-            gpus_per_worker=args.gpus_per_worker,
-            backend=args.backend,
-            **({"name": args.name} if args.name else {}),
-            max_restarts=args.max_restarts,
-            timeout=args.timeout,
-            env=_kv(args.env, "--env"),
-            algorithm=args.algorithm,
-            algorithm_options={
-                k: _coerce(v) for k, v in _kv(args.algorithm_option, "--algorithm-option").items()
-            },
-            global_batch=args.global_batch,
-        )
+        options = options_from_args(args, "cli")
+        if not options["name"]:
+            del options["name"]  # the job is named after the file
+        result = client.submit(args.file, dry_run=args.dry_run, **options)
         if args.dry_run:
             print(result.text)
             return 0
@@ -142,8 +104,6 @@ def _run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps([j.to_dict() for j in jobs], indent=2))
         else:
-            from alchemist.magics import format_jobs_table
-
             print(format_jobs_table(jobs))
         return 0
     job = client.attach(args.job_id)

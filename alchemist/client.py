@@ -11,7 +11,7 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,8 @@ from alchemist.errors import (
     PermissionDeniedError,
 )
 from alchemist.jobdir import JobDir, atomic_write_json
-from alchemist.spec import JobSpec, JobState, JobStatus, Resources
+from alchemist.options import spec_from_options
+from alchemist.spec import JobSpec, JobState, JobStatus
 from alchemist.store import JobRecord, get_store
 
 
@@ -252,40 +253,30 @@ def _default_namespace() -> dict[str, Any]:
     return dict(shell.user_ns) if shell is not None else {}
 
 
-def make_spec(
-    *,
-    workers: int = 2,
-    gpus_per_worker: int = 0,
-    backend: str | None = None,
-    name: str | None = None,
-    max_restarts: int = 0,
-    timeout: float | None = None,
-    env: dict[str, str] | None = None,
-    outputs: Iterable[str] = (),
-    algorithm: str = "sync",
-    algorithm_options: dict[str, Any] | None = None,
-    global_batch: int | None = None,
-    image: str | None = None,
-    cpu: str | None = None,
-    memory: str | None = None,
-    entry: str = "cell",
-) -> JobSpec:
-    """A validated :class:`JobSpec` from keyword arguments (the magic's flags)."""
-    return JobSpec(
-        name=name or "job",
-        workers=workers,
-        resources=Resources(gpus=gpus_per_worker, cpu=cpu, memory=memory),
-        algorithm=algorithm,
-        algorithm_options=dict(algorithm_options or {}),
-        backend=backend or os.environ.get("ALCHEMIST_BACKEND") or "local",
-        env=dict(env or {}),
-        max_restarts=max_restarts,
-        timeout=timeout,
-        outputs=list(outputs),
-        global_batch=global_batch,
-        image=image,
-        entry=entry,
-    ).validate()
+def make_spec(*, entry: str = "cell", **options: Any) -> JobSpec:
+    """A validated :class:`JobSpec` from job options as keyword arguments.
+
+    The keywords are the options of :data:`alchemist.options.JOB_OPTIONS` (``workers``,
+    ``gpus_per_worker``, ``algorithm``, ``algorithm_options``, ``backend``, ``name``,
+    ``max_restarts``, ``timeout``, ``global_batch``, ``env``, ``image``, ``cpu``,
+    ``memory``, ``outputs``); one left out (or None) takes the table's default. An unset
+    ``backend`` is ``$ALCHEMIST_BACKEND``, else ``local``.
+
+    Args:
+        entry: what the workers run (``cell``, ``script`` or ``function``).
+        **options: the job options.
+
+    Raises:
+        SpecError: an unknown keyword (naming the valid ones) or an invalid value.
+    """
+    return spec_from_options(options, entry=entry, fallback=_option_fallback)
+
+
+def _option_fallback(name: str) -> Any:
+    """The value of an option left unset that is not the spec's own default."""
+    if name == "backend":
+        return os.environ.get("ALCHEMIST_BACKEND") or "local"
+    return None
 
 
 def submit(
@@ -304,9 +295,10 @@ def submit(
         namespace: where a cell's free names are looked up; default: the IPython user
             namespace when called from a notebook.
         dry_run: return a :class:`DryRun` describing exactly what would run; submit nothing.
-        **options: the spec, as for :func:`make_spec` (``workers``, ``gpus_per_worker``,
-            ``backend``, ``name``, ``max_restarts``, ``timeout``, ``env``, ``outputs``,
-            ``algorithm``, ``algorithm_options``, ``global_batch``, ...).
+        **options: the job options, as for :func:`make_spec` (the table in
+            :mod:`alchemist.options`: ``workers``, ``gpus_per_worker``, ``backend``,
+            ``name``, ``max_restarts``, ``timeout``, ``env``, ``outputs``, ``algorithm``,
+            ``algorithm_options``, ``global_batch``, ``image``, ``cpu``, ``memory``).
 
     Returns:
         A :class:`Job`, or a :class:`DryRun` when ``dry_run``.

@@ -1,4 +1,4 @@
-"""Streaming a job's rank logs as text: used by the magics and the CLI."""
+"""A job as text, for the magics and the CLI: rank logs streamed, status lines, job tables."""
 
 from __future__ import annotations
 
@@ -108,3 +108,29 @@ def status_line(job: Job, status: JobStatus) -> str:
     if status.reason:
         line += f": {status.reason}"
     return line
+
+
+def format_jobs_table(jobs: list[Job]) -> str:
+    """The jobs as a text table, one line each (``%alchemist_jobs``, ``alchemist jobs``)."""
+    if not jobs:
+        return "no jobs yet"
+    rows = [("ID", "NAME", "STATE", "WORLD", "BACKEND", "CREATED", "REASON")]
+    for j in jobs:
+        st = j.status()
+        created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(j.created))
+        rows.append(
+            (
+                j.id,
+                j.name,
+                st.state.value,
+                str(j.spec.world_size),
+                j.backend_name,
+                created,
+                st.reason or "",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1]
+        for r in rows
+    ).rstrip()

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import re
 import sys
-import time
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -23,33 +22,19 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from alchemist import client
-from alchemist.console import DEFAULT_MAX_LINES, LogFollower, status_line
+from alchemist.console import DEFAULT_MAX_LINES, LogFollower, format_jobs_table, status_line
 from alchemist.errors import AlchemistError
-from alchemist.runtime.algorithms.options import flag_help as algorithm_option_help
-from alchemist.spec import ALGORITHMS, JobState, JobStatus
+from alchemist.options import argument_specs, options_from_args, parse_names
+from alchemist.spec import JobState, JobStatus
 
 
-def _parse_kv(items: list[str] | None, flag: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"{flag} expects KEY=VALUE, got {item!r}")
-        out[key] = value
-    return out
-
-
-def _coerce(value: str) -> Any:
-    """Algorithm options arrive as text: turn numbers and booleans into Python values."""
-    low = value.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            pass
-    return value
+def _job_option_arguments(func: Any) -> Any:
+    """The job option flags of :data:`alchemist.options.JOB_OPTIONS` (``magic``)."""
+    # magic_arguments builds the parser from the last decorator applied to the first:
+    # apply in reverse so that --help lists the options in the table's order.
+    for flags, kwargs in reversed(argument_specs("magic")):
+        func = argument(*flags, **kwargs)(func)
+    return func
 
 
 def _in_widget_frontend() -> bool:
@@ -68,27 +53,9 @@ class AlchemistMagics(Magics):
     """The Alchemist magics."""
 
     @magic_arguments()
-    @argument("-n", "--workers", type=int, default=2, help="number of workers (default 2)")
-    @argument("--gpus-per-worker", type=int, default=0, help="GPUs per worker (default 0: CPU)")
-    @argument("--backend", default=None, help="backend name: local (default) or kubernetes")
-    @argument("--name", default=None, help="a name for the job")
-    @argument("--max-restarts", type=int, default=0, help="restarts after a failure (default 0)")
-    @argument("--timeout", type=float, default=None, help="stop the job after this many seconds")
-    @argument("--env", action="append", metavar="K=V", help="environment variable (repeatable)")
-    @argument("--algorithm", default="sync", help=f"one of {', '.join(ALGORITHMS)}")
-    @argument(
-        "--algorithm-option",
-        action="append",
-        metavar="K=V",
-        help=algorithm_option_help(),
-    )
-    @argument("--global-batch", type=int, default=None, help="global batch over all ranks")
-    @argument("--image", default=None, help="container image (kubernetes backend)")
-    @argument("--cpu", default=None, help="CPU per worker, e.g. 4 (kubernetes backend)")
-    @argument("--memory", default=None, help="memory per worker, e.g. 16Gi (kubernetes backend)")
+    @_job_option_arguments
     @argument("--detach", action="store_true", help="return at once with a job handle")
     @argument("--dry-run", action="store_true", help="print what would run; submit nothing")
-    @argument("-o", "--outputs", default="", help="a,b: copy these variables back from rank 0")
     @argument(
         "--max-output-lines", type=int, default=DEFAULT_MAX_LINES, help="lines shown in the cell"
     )
@@ -115,25 +82,10 @@ class AlchemistMagics(Magics):
     def _submit_cell(self, line: str, cell: str) -> Any:
         """Submit the cell: ``(job, args)`` to watch, or what the magic returns at once."""
         args = parse_argstring(self.alchemist_distributed, line)
-        options = dict(
-            workers=args.workers,
-            gpus_per_worker=args.gpus_per_worker,
-            backend=args.backend,
-            name=args.name,
-            max_restarts=args.max_restarts,
-            timeout=args.timeout,
-            env=_parse_kv(args.env, "--env"),
-            outputs=_outputs(args),
-            algorithm=args.algorithm,
-            algorithm_options={
-                k: _coerce(v)
-                for k, v in _parse_kv(args.algorithm_option, "--algorithm-option").items()
-            },
-            global_batch=args.global_batch,
-            image=args.image,
-            cpu=args.cpu,
-            memory=args.memory,
-        )
+        try:
+            options = options_from_args(args, "magic")
+        except AlchemistError as e:
+            raise UsageError(str(e)) from None
         try:
             result = client.submit(cell, namespace=self._user_ns(), dry_run=args.dry_run, **options)
         except AlchemistError as e:
@@ -152,7 +104,7 @@ class AlchemistMagics(Magics):
 
     def _finish_cell(self, job: client.Job, args: Any, status: JobStatus) -> None:
         """Copy the outputs back after a success; a failure is one error line."""
-        outputs = _outputs(args)
+        outputs = parse_names(args.outputs)
         if status.state == JobState.SUCCEEDED and outputs:
             values = job.outputs()
             self._user_ns().update(values)
@@ -285,31 +237,6 @@ def _make_monitor(job: client.Job) -> Any:
     return monitor
 
 
-def format_jobs_table(jobs: list[client.Job]) -> str:
-    if not jobs:
-        return "no jobs yet"
-    rows = [("ID", "NAME", "STATE", "WORLD", "BACKEND", "CREATED", "REASON")]
-    for j in jobs:
-        st = j.status()
-        created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(j.created))
-        rows.append(
-            (
-                j.id,
-                j.name,
-                st.state.value,
-                str(j.spec.world_size),
-                j.backend_name,
-                created,
-                st.reason or "",
-            )
-        )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1]
-        for r in rows
-    ).rstrip()
-
-
 def _viewers(job: client.Job, max_lines: int, use_widget: bool) -> tuple[Any, LogFollower]:
     """The live monitor (None where widgets cannot show) and the text follower of a job."""
     monitor = _make_monitor(job) if use_widget and _in_widget_frontend() else None
@@ -333,10 +260,6 @@ def _ended(job: client.Job, status: JobStatus, monitor: Any, follower: LogFollow
             print(summary)
         print(status_line(job, status))
     return status
-
-
-def _outputs(args: Any) -> list[str]:
-    return [o.strip() for o in args.outputs.split(",") if o.strip()]
 
 
 # -- keeping the kernel responsive while a job runs ---------------------------------------

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from alchemist.errors import SpecError
+from alchemist.runtime.algorithms.options import ALGORITHMS
 
-#: Algorithms a job may use; see ``alchemist.runtime.algorithms``.
-ALGORITHMS = ("sync", "async", "bmuf", "easgd", "horovod")
+__all__ = ["ALGORITHMS", "JobSpec", "JobState", "JobStatus", "Resources"]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -102,6 +102,8 @@ class JobSpec:
         global_batch: if set, the per-worker batch is ``global_batch / world_size`` (a
             multiple of the world size, so the job trains exactly this batch).
         image: container image (Kubernetes); None = the backend's default.
+
+    What a user may set, and from where, is the table in :mod:`alchemist.options`.
         entry: what the workers run: ``cell`` (a bundled notebook cell), ``script``
             (a Python file's source) or ``function`` (a pickled callable).
     """

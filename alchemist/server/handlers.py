@@ -2,7 +2,8 @@
 
 Routes, relative to the server's base URL (``/user/<name>/`` behind JupyterHub)::
 
-    GET    alchemist/api/v1                      version and backends (presence check)
+    GET    alchemist/api/v1                      version, backends, algorithms, states and
+                                                 the job options (the panel's form)
     GET    alchemist/api/v1/jobs?state=&limit=   the current user's jobs, newest first
     POST   alchemist/api/v1/jobs                 submit a .py or .ipynb file as a job
     POST   alchemist/api/v1/jobs/dryrun          what that submission would run; submits nothing
@@ -57,9 +58,10 @@ from alchemist.errors import (
     UnknownBackendError,
 )
 from alchemist.jobdir import JobDir
+from alchemist.options import check_body_types, describe_options, options_for
 from alchemist.runtime.algorithms.options import catalogue as algorithm_catalogue
 from alchemist.runtime.algorithms.options import check as check_algorithm_options
-from alchemist.spec import ALGORITHMS
+from alchemist.spec import ALGORITHMS, JobState
 
 #: Root of the versioned API, relative to the server's base URL.
 API_ROOT = "alchemist/api/v1"
@@ -90,22 +92,8 @@ class RouteError(web.HTTPError):
         self.field = field
 
 
-#: Fields a submission body may have, with their JSON types.
-_SUBMIT_FIELDS: dict[str, tuple[type, ...]] = {
-    "path": (str,),
-    "workers": (int,),
-    "gpus_per_worker": (int,),
-    "algorithm": (str,),
-    "algorithm_options": (dict,),
-    "backend": (str,),
-    "name": (str,),
-    "env": (dict,),
-    "max_restarts": (int,),
-    "timeout": (int, float),
-    "global_batch": (int,),
-}
-
-_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", dict: "an object"}
+#: Fields of a submission body besides the job options (alchemist.options, "rest").
+_BODY_FIELDS = ("path",)
 
 
 def _translate(error: BaseException) -> RouteError:
@@ -368,27 +356,20 @@ def _check_submit_body(data: dict[str, Any], root_dir: Path) -> tuple[Path, dict
             algorithm or a bad algorithm option, or a path outside the server's root,
             missing, or not a .py/.ipynb file.
     """
-    unknown = sorted(set(data) - set(_SUBMIT_FIELDS))
+    allowed = [*_BODY_FIELDS, *(opt.name for opt in options_for("rest"))]
+    unknown = sorted(set(data) - set(allowed))
     if unknown:
         raise RouteError(
             400,
-            f"unknown field(s): {', '.join(unknown)}; allowed: {', '.join(_SUBMIT_FIELDS)}",
+            f"unknown field(s): {', '.join(unknown)}; allowed: {', '.join(allowed)}",
             unknown[0],
         )
-    for key, value in data.items():
-        types = _SUBMIT_FIELDS[key]
-        if isinstance(value, bool) or not isinstance(value, types):
-            if key in ("timeout",) and value is None:
-                continue
-            want = " or ".join(_TYPE_NAMES[t] for t in types)
-            raise RouteError(400, f"{key} must be {want}, got {json.dumps(value)}", key)
-    env = data.get("env") or {}
-    for k, v in env.items():
-        if not isinstance(v, str):
-            raise RouteError(
-                400, f"env[{k!r}] must be a string (environment values are text)", "env"
-            )
-    algorithm = data.get("algorithm", "sync")
+    if not isinstance(data.get("path", ""), str):
+        raise RouteError(400, f"path must be a string, got {json.dumps(data['path'])}", "path")
+    bad = check_body_types(data)
+    if bad is not None:
+        raise RouteError(400, bad[1], bad[0])
+    algorithm = data.get("algorithm") or "sync"
     try:
         check_algorithm_options(algorithm, data.get("algorithm_options") or {})
     except SpecError as e:
@@ -427,7 +408,11 @@ class RootHandler(AlchemistHandler):
             {
                 "version": __version__,
                 "backends": backend_names(),
+                "algorithms": list(ALGORITHMS),
+                "states": [state.value for state in JobState],
                 "algorithm_options": algorithm_catalogue(),
+                # The panel builds its launch form from these (alchemist.options).
+                "job_options": describe_options("rest"),
             }
         )
 

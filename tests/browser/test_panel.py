@@ -285,6 +285,18 @@ def test_launch_a_two_worker_script_and_watch_it_succeed(page: Any, lab: Lab) ->
     panel.locator(".jp-Alchemist-message", has_text="unknown option(s) bucket_cap").wait_for()
     expect(options).to_have_attribute("aria-invalid", "true")
     options.fill("bucket_cap_mb=4\nstatic_graph=true")
+    # the fields the server's job options add (alchemist/options.py), with their defaults
+    restarts = panel.locator("input[name=max_restarts]")
+    expect(restarts).to_have_attribute("placeholder", "0")
+    for name in ("image", "cpu", "memory"):
+        panel.locator(f"input[name={name}]").wait_for()
+    batch = panel.locator("input[name=global_batch]")
+    batch.fill("3")  # not a multiple of the world size 2: the server's one line
+    panel.get_by_role("button", name="Dry run").click()
+    panel.locator(".jp-Alchemist-message", has_text="use 2 or 4").wait_for()
+    batch.fill("8")
+    restarts.fill("1")
+    panel.locator("input[name=timeout]").fill("600")
     panel.get_by_role("button", name="Dry run").click()
     dry = panel.locator(".jp-Alchemist-dryrun")
     dry.filter(has_text="world size 2").wait_for()
@@ -309,6 +321,8 @@ def test_launch_a_two_worker_script_and_watch_it_succeed(page: Any, lab: Lab) ->
     # the list shows it, newest first, with its state and the latest loss
     (job,) = lab.api("jobs")["jobs"]
     assert job["spec"]["algorithm_options"] == {"bucket_cap_mb": 4, "static_graph": True}
+    spec = job["spec"]
+    assert (spec["max_restarts"], spec["timeout"], spec["global_batch"]) == (1, 600, 8)
     row = panel.locator(f'.jp-Alchemist-job[data-job-id="{job["id"]}"]')
     row.locator(".jp-Alchemist-state", has_text="succeeded").wait_for()
     assert row.locator(".jp-Alchemist-metric").inner_text() == "loss 0.05 @ 19"

@@ -75,6 +75,25 @@ async def test_root_says_version_backends_and_algorithm_options(api: Api) -> Non
     assert bmuf["block_momentum"]["default"] == "1 - 1/N"
 
 
+async def test_root_lists_the_job_options_algorithms_and_states_the_form_needs(api: Api) -> None:
+    """The panel builds its form from this: exactly the table's REST options."""
+    from alchemist.options import options_for
+    from alchemist.spec import ALGORITHMS, JobState
+
+    code, body = await api("GET")
+    assert code == 200
+    listed = {o["name"]: o for o in body["job_options"]}
+    assert list(listed) == [opt.name for opt in options_for("rest")]
+    for opt in options_for("rest"):
+        row = listed[opt.name]
+        assert (row["type"], row["default"], row["help"]) == (opt.type, opt.default, opt.help)
+        assert row["flags"] == list(opt.flags) and row["label"]
+    for name in ("max_restarts", "timeout", "global_batch", "image", "cpu", "memory"):
+        assert name in listed
+    assert body["algorithms"] == list(ALGORITHMS)
+    assert body["states"] == [s.value for s in JobState]
+
+
 async def test_list_is_the_users_jobs_newest_first_filtered_by_state(api: Api) -> None:
     now = time.time()
     old, _ = make_record(name="old", created=now - 100)
@@ -387,6 +406,28 @@ async def test_dryrun_preview_shows_the_command_and_submits_nothing(
     code, listing = await api("GET", "jobs")
     assert listing["jobs"] == []
     assert not any((alchemist_home / "jobs").glob("*/spec.json"))
+
+
+async def test_image_cpu_and_memory_reach_the_spec(api: Api, root: Path) -> None:
+    (root / "train.py").write_text("print('hi')\n")
+    body = {
+        "path": "train.py",
+        "image": "alchemist-train:1",
+        "cpu": "2",
+        "memory": "4Gi",
+        "max_restarts": 1,
+        "timeout": 30,
+        "global_batch": 8,
+    }
+    code, reply = await api("POST", "jobs", "dryrun", body=body)
+    assert code == 200, reply
+    spec = reply["spec"]
+    assert spec["image"] == "alchemist-train:1"
+    assert spec["resources"] == {"gpus": 0, "cpu": "2", "memory": "4Gi"}
+    assert (spec["max_restarts"], spec["timeout"], spec["global_batch"]) == (1, 30, 8)
+    code, reply = await api("POST", "jobs", "dryrun", body={"path": "train.py", "cpu": 2})
+    assert (code, reply["field"]) == (400, "cpu")
+    assert "cpu must be a string" in reply["message"]
 
 
 # -- submission: real jobs ------------------------------------------------------------------------

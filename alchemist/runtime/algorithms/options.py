@@ -103,6 +103,10 @@ OPTIONS: dict[str, dict[str, Option]] = {
     },
 }
 
+#: Every algorithm a job may use, in the order they are documented (the one list: the
+#: spec, the flags' help, the REST API and the panel take it from here).
+ALGORITHMS: tuple[str, ...] = tuple(OPTIONS)
+
 #: Every option of every algorithm and its default (None: derived from the world size).
 ALGORITHM_DEFAULTS: dict[str, dict[str, Any]] = {
     name: {key: opt.default for key, opt in opts.items()} for name, opts in OPTIONS.items()
@@ -206,4 +210,13 @@ def _show(value: Any) -> str:
     return _number(value) if isinstance(value, (int, float)) else str(value)
 
 
-__all__ = ["ALGORITHM_DEFAULTS", "OPTIONS", "Option", "catalogue", "check", "describe", "flag_help"]
+__all__ = [
+    "ALGORITHMS",
+    "ALGORITHM_DEFAULTS",
+    "OPTIONS",
+    "Option",
+    "catalogue",
+    "check",
+    "describe",
+    "flag_help",
+]

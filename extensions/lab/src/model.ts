@@ -5,28 +5,18 @@
  * buffers, launch-form validation and the one-line explanation of a failed request.
  */
 
-/** Job states, as the server reports them (alchemist.spec.JobState). */
-export const JOB_STATES = [
-  'pending',
-  'running',
-  'restarting',
-  'succeeded',
-  'failed',
-  'cancelled'
-] as const;
-export type JobState = (typeof JOB_STATES)[number];
+/*
+ * The lists of job states, algorithms and backends, and the job options the launch
+ * form offers, come from the server (`GET /alchemist/api/v1/`: alchemist/options.py is
+ * the one table); nothing here repeats them.
+ */
 
+/** States that never change again (alchemist.spec.JobState.is_terminal). */
 export const TERMINAL_STATES: ReadonlySet<string> = new Set([
   'succeeded',
   'failed',
   'cancelled'
 ]);
-
-/** Algorithms a job may use (alchemist.spec.ALGORITHMS). */
-export const ALGORITHMS = ['sync', 'async', 'bmuf', 'easgd', 'horovod'] as const;
-
-/** Backends the form offers. */
-export const BACKENDS = ['local', 'kubernetes'] as const;
 
 /** One metric event, as written by the worker-side reporter. */
 export interface IMetricEvent {
@@ -261,6 +251,11 @@ export interface ILaunchForm {
   backend: string;
   name: string;
   env: string;
+  /**
+   * The text of every further job option's field (max restarts, timeout, image, ...),
+   * by option name: the form builds these from the server's `job_options`.
+   */
+  extra?: Record<string, string>;
 }
 
 /** The JSON body of `POST /alchemist/api/v1/jobs` (and `/jobs/dryrun`). */
@@ -273,14 +268,20 @@ export interface ISubmitBody {
   backend: string;
   name?: string;
   env: Record<string, string>;
+  /** Further job options (`max_restarts`, `timeout`, `image`, ...), as the server names them. */
+  [option: string]: unknown;
 }
 
 /** An algorithm option's value, as the magics and the CLI read it from text. */
 export type OptionValue = string | number | boolean;
 
+/**
+ * The checked body, or the field at fault: a key of {@link ILaunchForm}, or the name
+ * of a further job option (one of {@link ILaunchForm.extra}).
+ */
 export type FormResult =
   | { ok: true; body: ISubmitBody }
-  | { ok: false; field: keyof ILaunchForm; message: string };
+  | { ok: false; field: keyof ILaunchForm | string; message: string };
 
 const ENV_KEY = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const JOB_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
@@ -349,11 +350,62 @@ export interface IOptionInfo {
   help: string;
 }
 
+/** One job option, as `GET /alchemist/api/v1/` lists it (alchemist/options.py). */
+export interface IJobOption {
+  name: string;
+  /** `int`, `float`, `str`, `kv` (KEY=VALUE lines), `kv_typed` (typed values) or `names`. */
+  type: string;
+  default: unknown;
+  help: string;
+  /** The form's label. */
+  label: string;
+  /** The command-line spelling (`--max-restarts`). */
+  flags?: string[];
+  /** The `Resources` field it fills, if any. */
+  resource?: string | null;
+  /** The smallest valid number, if any. */
+  minimum?: number | null;
+  /** The valid values, where the list is fixed. */
+  choices?: string[];
+}
+
 /** What `GET /alchemist/api/v1/` says about the server. */
 export interface IServerInfo {
   version: string;
   backends: string[];
+  algorithms: string[];
+  states: string[];
   algorithm_options: Record<string, IOptionInfo[]>;
+  job_options: IJobOption[];
+}
+
+/** What the form is checked against: the server's lists (empty: the server checks). */
+export interface IFormSchema {
+  algorithms: readonly string[];
+  jobOptions: readonly IJobOption[];
+}
+
+/** The job options the form lays out by hand; every other one is a generated field. */
+export const FORM_FIELDS: Readonly<Record<string, keyof ILaunchForm>> = {
+  path: 'path',
+  workers: 'workers',
+  gpus_per_worker: 'gpusPerWorker',
+  algorithm: 'algorithm',
+  algorithm_options: 'algorithmOptions',
+  backend: 'backend',
+  name: 'name',
+  env: 'env'
+};
+
+/** The server's options that get a generated field (all but {@link FORM_FIELDS}). */
+export function extraOptions(options: readonly IJobOption[]): IJobOption[] {
+  return options.filter(o => !(o.name in FORM_FIELDS));
+}
+
+/** The text shown in an empty field: the option's default, if it has one. */
+export function defaultText(option: IJobOption): string {
+  const d = option.default;
+  return d === null || d === undefined || typeof d === 'object' ? '' : String(d);
 }
 
 /**
@@ -376,19 +428,60 @@ export function optionsHint(options: IOptionInfo[] | undefined): {
   };
 }
 
-/** The form field a server error names (`field` of a 400 reply), if the form has it. */
-export function formFieldOf(serverField: unknown): keyof ILaunchForm | undefined {
-  const fields: Record<string, keyof ILaunchForm> = {
-    path: 'path',
-    workers: 'workers',
-    gpus_per_worker: 'gpusPerWorker',
-    algorithm: 'algorithm',
-    algorithm_options: 'algorithmOptions',
-    backend: 'backend',
-    name: 'name',
-    env: 'env'
-  };
-  return typeof serverField === 'string' ? fields[serverField] : undefined;
+/**
+ * The form field a server error names (`field` of a 400 reply), if the form has it:
+ * a key of {@link ILaunchForm}, or one of the generated fields' option names `extra`.
+ */
+export function formFieldOf(
+  serverField: unknown,
+  extra: readonly string[] = []
+): keyof ILaunchForm | string | undefined {
+  if (typeof serverField !== 'string') {
+    return undefined;
+  }
+  if (Object.prototype.hasOwnProperty.call(FORM_FIELDS, serverField)) {
+    return FORM_FIELDS[serverField];
+  }
+  return extra.includes(serverField) ? serverField : undefined;
+}
+
+/**
+ * One generated field's value, read by its option's type: undefined when left empty
+ * (the server's default), else the value or the line to show.
+ */
+export function parseOption(
+  option: IJobOption,
+  text: string
+): { value?: unknown } | { error: string } {
+  const t = text.trim();
+  if (!t) {
+    return {};
+  }
+  const min = option.minimum ?? undefined;
+  const what = option.label || option.name;
+  if (option.type === 'int' || option.type === 'float') {
+    const ok = option.type === 'int' ? /^[-+]?\d+$/.test(t) : NUMBER.test(t);
+    const n = Number(t);
+    if (!ok || (min !== undefined && n < min)) {
+      const kind = option.type === 'int' ? 'a whole number' : 'a number';
+      return { error: `${what} must be ${kind}${min !== undefined ? ` ≥ ${min}` : ''}` };
+    }
+    return { value: n };
+  }
+  if (option.type === 'kv' || option.type === 'kv_typed') {
+    const parsed = option.type === 'kv' ? parseEnv(text) : parseAlgorithmOptions(text);
+    if ('error' in parsed) {
+      return parsed;
+    }
+    return { value: 'env' in parsed ? parsed.env : parsed.options };
+  }
+  if (option.type === 'names') {
+    return { value: t.split(',').map(n => n.trim()).filter(n => n) };
+  }
+  if (option.choices && option.choices.length && !option.choices.includes(t)) {
+    return { error: `${what}: choose one of ${option.choices.join(', ')}` };
+  }
+  return { value: t };
 }
 
 function parseCount(text: string, min: number): number | undefined {
@@ -404,7 +497,10 @@ function parseCount(text: string, min: number): number | undefined {
  * Check the launch form and build the request body; on a mistake, name the field and
  * say what to type. The server validates again: this only saves a round trip.
  */
-export function validateForm(form: ILaunchForm): FormResult {
+export function validateForm(
+  form: ILaunchForm,
+  schema: IFormSchema = { algorithms: [], jobOptions: [] }
+): FormResult {
   const path = form.path.trim().replace(/^\/+/, '');
   if (!path) {
     return { ok: false, field: 'path', message: 'choose a .py or .ipynb file to run' };
@@ -424,11 +520,11 @@ export function validateForm(form: ILaunchForm): FormResult {
       message: 'GPUs per worker must be a whole number ≥ 0'
     };
   }
-  if (!(ALGORITHMS as readonly string[]).includes(form.algorithm)) {
+  if (schema.algorithms.length && !schema.algorithms.includes(form.algorithm)) {
     return {
       ok: false,
       field: 'algorithm',
-      message: `choose one of ${ALGORITHMS.join(', ')}`
+      message: `choose one of ${schema.algorithms.join(', ')}`
     };
   }
   const algorithmOptions = parseAlgorithmOptions(form.algorithmOptions);
@@ -463,6 +559,15 @@ export function validateForm(form: ILaunchForm): FormResult {
   }
   if (Object.keys(algorithmOptions.options).length) {
     body.algorithm_options = algorithmOptions.options;
+  }
+  for (const option of extraOptions(schema.jobOptions)) {
+    const parsed = parseOption(option, form.extra?.[option.name] ?? '');
+    if ('error' in parsed) {
+      return { ok: false, field: option.name, message: parsed.error };
+    }
+    if (parsed.value !== undefined) {
+      body[option.name] = parsed.value;
+    }
   }
   return { ok: true, body };
 }

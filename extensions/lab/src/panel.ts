@@ -11,17 +11,19 @@ import { Widget } from '@lumino/widgets';
 import { ApiError, MetricsCursor, api } from './api';
 import { CurveCharts } from './chart';
 import {
-  ALGORITHMS,
-  BACKENDS,
+  IFormSchema,
   IJob,
+  IJobOption,
   ILaunchForm,
   IOptionInfo,
+  IServerInfo,
   ISubmitBody,
-  JOB_STATES,
   LogBuffer,
   MetricSeries,
+  defaultText,
   describeLatest,
   elapsedSeconds,
+  extraOptions,
   filterAndSort,
   formFieldOf,
   formatElapsed,
@@ -109,14 +111,12 @@ export class AlchemistPanel extends Widget {
     this.addClass('jp-Alchemist-panel');
     this.title.caption = 'Alchemist jobs';
     this._build();
-    // Each algorithm's options and defaults, for the options box's hint. Without an
-    // answer the box keeps its plain hint (the job list already says what is wrong).
+    // The server says which algorithms, backends, states and job options there are
+    // (alchemist/options.py is the one table); the form is completed from its answer.
+    // Without one the form stays bare (the job list already says what is wrong).
     void api
       .info()
-      .then(info => {
-        this._optionInfo = info.algorithm_options ?? {};
-        this._showOptionsHint();
-      })
+      .then(info => this._applyServerInfo(info))
       .catch(() => undefined);
     this._poll = new Poll({
       auto: false,
@@ -221,14 +221,17 @@ export class AlchemistPanel extends Widget {
       algorithmOptions: this._inputs.algorithmOptions.value,
       backend: this._inputs.backend.value,
       name: this._inputs.name.value,
-      env: this._inputs.env.value
+      env: this._inputs.env.value,
+      extra: Object.fromEntries(
+        Object.entries(this._extraInputs).map(([name, input]) => [name, input.value])
+      )
     };
-    const result = validateForm(form);
-    for (const input of Object.values(this._inputs)) {
+    const result = validateForm(form, this._schema);
+    for (const input of this._allInputs()) {
       input.removeAttribute('aria-invalid');
     }
     if (!result.ok) {
-      this._inputs[result.field].setAttribute('aria-invalid', 'true');
+      this._inputOf(result.field)?.setAttribute('aria-invalid', 'true');
       this._formMessage.error(result.message);
       return undefined;
     }
@@ -239,12 +242,87 @@ export class AlchemistPanel extends Widget {
   private _showFormError(error: unknown): void {
     const field =
       error instanceof ApiError
-        ? formFieldOf((error.failure.json as { field?: unknown } | undefined)?.field)
+        ? formFieldOf(
+            (error.failure.json as { field?: unknown } | undefined)?.field,
+            Object.keys(this._extraInputs)
+          )
         : undefined;
     if (field) {
-      this._inputs[field].setAttribute('aria-invalid', 'true');
+      this._inputOf(field)?.setAttribute('aria-invalid', 'true');
     }
     this._formMessage.error(messageOf(error));
+  }
+
+  /** Every input of the form, the hand-laid and the generated. */
+  private _allInputs(): HTMLElement[] {
+    return [...Object.values(this._inputs), ...Object.values(this._extraInputs)];
+  }
+
+  /** The input of a form field: a key of ILaunchForm or a generated option's name. */
+  private _inputOf(field: string): HTMLElement | undefined {
+    const own: Record<string, HTMLElement> = this._inputs;
+    return own[field] ?? this._extraInputs[field];
+  }
+
+  /** Fill the lists from the server's answer and add a field for every further option. */
+  private _applyServerInfo(info: IServerInfo): void {
+    this._optionInfo = info.algorithm_options ?? {};
+    this._schema = { algorithms: info.algorithms ?? [], jobOptions: info.job_options ?? [] };
+    const fill = (select: HTMLSelectElement, values: readonly string[], keep: string[] = []) =>
+      select.replaceChildren(
+        ...keep.map(v => h('option', { value: v }, v)),
+        ...values.map(v => h('option', { value: v }, v))
+      );
+    fill(this._inputs.algorithm, this._schema.algorithms);
+    fill(this._inputs.backend, info.backends ?? []);
+    fill(this._stateFilter, info.states ?? [], ['']);
+    this._stateFilter.options[0].textContent = 'all states';
+    const fields = extraOptions(this._schema.jobOptions).map(option => this._optionField(option));
+    this._extraFields.replaceChildren(...fields);
+    // The lists were empty until now: select the defaults, keeping what was typed.
+    this._inputs.backend.value = this._settings.defaultBackend;
+    this._inputs.algorithm.value = this._settings.defaultAlgorithm;
+    this._showOptionsHint();
+  }
+
+  /** A generated field for one job option: its label, its default greyed, its help. */
+  private _optionField(option: IJobOption): HTMLElement {
+    const attrs = {
+      name: option.name,
+      class: 'jp-mod-styled',
+      title: option.help,
+      placeholder: defaultText(option) || 'optional'
+    };
+    let input: HTMLInputElement | HTMLTextAreaElement | HTMLSelectElement;
+    if (option.type === 'kv' || option.type === 'kv_typed') {
+      input = h('textarea', { ...attrs, rows: 2, placeholder: 'KEY=VALUE, one a line' });
+    } else if (option.choices && option.choices.length) {
+      input = h(
+        'select',
+        attrs,
+        h('option', { value: '' }, defaultText(option) || 'default'),
+        ...option.choices.map(c => h('option', { value: c }, c))
+      );
+    } else if (option.type === 'int' || option.type === 'float') {
+      input = h('input', {
+        ...attrs,
+        type: 'number',
+        min: option.minimum ?? undefined,
+        step: option.type === 'int' ? 1 : 'any'
+      });
+    } else {
+      input = h('input', attrs);
+    }
+    input.addEventListener('input', () => {
+      this._formTouched = true;
+    });
+    this._extraInputs[option.name] = input;
+    return h(
+      'label',
+      { class: 'jp-Alchemist-field', 'data-option': option.name },
+      h('span', {}, option.label || option.name),
+      input
+    );
   }
 
   private _fillDefaults(): void {
@@ -283,14 +361,14 @@ export class AlchemistPanel extends Widget {
         min: 0,
         value: 0
       }),
-      algorithm: select('algorithm', ALGORITHMS),
+      algorithm: select('algorithm', []),
       algorithmOptions: h('textarea', {
         name: 'algorithm_options',
         class: 'jp-mod-styled',
         rows: 4,
         placeholder: optionsHint(undefined).placeholder
       }),
-      backend: select('backend', BACKENDS),
+      backend: select('backend', []),
       name: h('input', { name: 'name', class: 'jp-mod-styled', placeholder: 'optional' }),
       env: h('textarea', {
         name: 'env',
@@ -332,6 +410,7 @@ export class AlchemistPanel extends Widget {
       field('Algorithm options', this._inputs.algorithmOptions),
       field('Name', this._inputs.name),
       field('Environment', this._inputs.env),
+      this._extraFields,
       h('div', { class: 'jp-Alchemist-buttons' }, dryButton, this._submitButton),
       this._formMessage.node,
       this._dryrun
@@ -343,7 +422,7 @@ export class AlchemistPanel extends Widget {
     this._launch = h('details', { class: 'jp-Alchemist-launch', open: true });
     this._launch.append(h('summary', {}, 'Launch a job'), form);
 
-    this._stateFilter = select('state', ['', ...JOB_STATES]);
+    this._stateFilter = select('state', ['']);
     this._stateFilter.options[0].textContent = 'all states';
     this._stateFilter.addEventListener('change', () => this._renderJobs());
     const jobsHeader = h(
@@ -431,6 +510,10 @@ export class AlchemistPanel extends Widget {
     env: HTMLTextAreaElement;
   };
   private _optionInfo: Record<string, IOptionInfo[]> = {};
+  private _schema: IFormSchema = { algorithms: [], jobOptions: [] };
+  private _extraInputs: Record<string, HTMLInputElement | HTMLTextAreaElement | HTMLSelectElement> =
+    {};
+  private _extraFields = h('div', { class: 'jp-Alchemist-options' });
   private _launch!: HTMLDetailsElement;
   private _submitButton!: HTMLButtonElement;
   private _stateFilter!: HTMLSelectElement;

@@ -17,7 +17,10 @@ import {
   formatElapsed,
   formFieldOf,
   formatNumber,
+  IFormSchema,
+  IJobOption,
   optionsHint,
+  parseOption,
   parseAlgorithmOptions,
   parseEnv,
   pickMainMetric,
@@ -184,6 +187,26 @@ describe('LogBuffer', () => {
 });
 
 describe('launch form', () => {
+  // What `GET /alchemist/api/v1/` answers, in part (its `algorithms` and `job_options`).
+  const option = (name: string, type: string, extra: Partial<IJobOption> = {}): IJobOption => ({
+    name,
+    type,
+    default: null,
+    help: name,
+    label: name,
+    ...extra
+  });
+  const schema: IFormSchema = {
+    algorithms: ['sync', 'async', 'bmuf', 'easgd', 'horovod'],
+    jobOptions: [
+      option('workers', 'int', { default: 2, minimum: 1 }),
+      option('algorithm', 'str', { choices: ['sync', 'async'] }),
+      option('max_restarts', 'int', { default: 0, minimum: 0 }),
+      option('timeout', 'float', { minimum: 0 }),
+      option('global_batch', 'int', { minimum: 1 }),
+      option('image', 'str')
+    ]
+  };
   const good: ILaunchForm = {
     path: '/work/train.py',
     workers: '2',
@@ -266,7 +289,7 @@ describe('launch form', () => {
   ];
   for (const [change, field, message] of bad) {
     it(`names the field ${field} for ${JSON.stringify(change)}`, () => {
-      const r = validateForm({ ...good, ...change });
+      const r = validateForm({ ...good, ...change }, schema);
       assert.equal(r.ok, false);
       if (!r.ok) {
         assert.equal(r.field, field);
@@ -274,6 +297,51 @@ describe('launch form', () => {
       }
     });
   }
+
+  it('sends the server-listed options that were filled in, typed', () => {
+    const r = validateForm(
+      { ...good, extra: { max_restarts: '1', timeout: '2.5', global_batch: '', image: ' img:1 ' } },
+      schema
+    );
+    assert.ok(r.ok);
+    assert.equal(r.body.max_restarts, 1);
+    assert.equal(r.body.timeout, 2.5);
+    assert.equal(r.body.image, 'img:1');
+    assert.ok(!('global_batch' in r.body), 'an empty field is the server default');
+    // a hand-laid field (workers) is read from its own input only
+    const own = validateForm({ ...good, extra: { workers: '9' } }, schema);
+    assert.ok(own.ok && own.body.workers === 2);
+  });
+
+  it('a new server option is a new form field with no change here', () => {
+    const withNew = { ...schema, jobOptions: [...schema.jobOptions, option('shm', 'names')] };
+    const r = validateForm({ ...good, extra: { shm: 'a, b' } }, withNew);
+    assert.ok(r.ok);
+    assert.deepEqual(r.body.shm, ['a', 'b']);
+    assert.equal(formFieldOf('shm', ['shm']), 'shm');
+  });
+
+  const badExtra: [Record<string, string>, string, RegExp][] = [
+    [{ max_restarts: '-1' }, 'max_restarts', /whole number ≥ 0/],
+    [{ max_restarts: '1.5' }, 'max_restarts', /whole number/],
+    [{ timeout: 'soon' }, 'timeout', /must be a number/],
+    [{ global_batch: '0' }, 'global_batch', /≥ 1/]
+  ];
+  for (const [extra, field, message] of badExtra) {
+    it(`names the option ${field} for ${JSON.stringify(extra)}`, () => {
+      const r = validateForm({ ...good, extra }, schema);
+      assert.equal(r.ok, false);
+      if (!r.ok) {
+        assert.equal(r.field, field);
+        assert.match(r.message, message);
+      }
+    });
+  }
+
+  it('reads a choice only among the server’s values', () => {
+    assert.deepEqual(parseOption(option('x', 'str', { choices: ['a'] }), 'a'), { value: 'a' });
+    assert.ok('error' in parseOption(option('x', 'str', { choices: ['a'] }), 'b'));
+  });
 
   it('parses an empty env as no variables', () => {
     assert.deepEqual(parseEnv(''), { env: {} });

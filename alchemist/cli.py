@@ -31,7 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--dry-run", action="store_true", help="print what would run; submit nothing")
 
     j = sub.add_parser("jobs", help="list your jobs, newest first")
-    j.add_argument("--state", default=None)
+    j.add_argument("--state", default=None, choices=[s.value for s in JobState])
     j.add_argument("--limit", type=int, default=20)
     j.add_argument("--json", action="store_true")
 
@@ -100,11 +100,16 @@ def _run(args: argparse.Namespace) -> int:
         print(status_line(job, status), file=sys.stderr)
         return 0 if status.state == JobState.SUCCEEDED else 1
     if args.command == "jobs":
-        jobs = client.jobs(state=args.state, limit=args.limit)
+        listing = client.list_jobs(state=args.state, limit=args.limit)
         if args.json:
-            print(json.dumps([j.to_dict() for j in jobs], indent=2))
+            print(json.dumps([j.to_dict() for j in listing.jobs], indent=2))
         else:
-            print(format_jobs_table(jobs))
+            print(format_jobs_table(listing.jobs))
+        for job_id, why in listing.skipped:
+            print(
+                f"alchemist: job {job_id} could not be read and is not listed: {why}",
+                file=sys.stderr,
+            )
         return 0
     job = client.attach(args.job_id)
     if args.command == "status":

@@ -48,6 +48,16 @@ def _in_widget_frontend() -> bool:
         return False
 
 
+def _parse(magic: Any, line: str) -> Any:
+    """The magic's flags; a line that cannot be split (an unclosed quote) is one
+    ``UsageError`` line, like every other flag mistake (argparse's own are already)."""
+    try:
+        return parse_argstring(magic, line)
+    except ValueError as e:
+        name = getattr(magic, "__name__", "magic")
+        raise UsageError(f"%{name}: cannot read the line ({e}): check its quotes") from None
+
+
 @magics_class
 class AlchemistMagics(Magics):
     """The Alchemist magics."""
@@ -81,7 +91,7 @@ class AlchemistMagics(Magics):
 
     def _submit_cell(self, line: str, cell: str) -> Any:
         """Submit the cell: ``(job, args)`` to watch, or what the magic returns at once."""
-        args = parse_argstring(self.alchemist_distributed, line)
+        args = _parse(self.alchemist_distributed, line)
         try:
             options = options_from_args(args, "magic")
         except AlchemistError as e:
@@ -108,7 +118,15 @@ class AlchemistMagics(Magics):
         if status.state == JobState.SUCCEEDED and outputs:
             values = job.outputs()
             self._user_ns().update(values)
-            print(f"copied back from rank 0: {', '.join(values)}")
+            if values:
+                print(f"copied back from rank 0: {', '.join(values)}")
+            missing = [name for name in outputs if name not in values]
+            if missing:
+                print(
+                    f"not copied back: {', '.join(missing)} (rank 0 had no such value, or it"
+                    f" could not be pickled; see %alchemist_logs {job.id} --rank 0)",
+                    file=sys.stderr,
+                )
         if status.state == JobState.FAILED:
             raise UsageError(status_line(job, status) + f" (full logs: %alchemist_logs {job.id})")
         return None
@@ -149,9 +167,14 @@ class AlchemistMagics(Magics):
     @line_magic
     def alchemist_jobs(self, line: str) -> None:
         """List your jobs, newest first."""
-        args = parse_argstring(self.alchemist_jobs, line)
-        jobs = client.jobs(state=args.state, limit=args.limit)
-        print(format_jobs_table(jobs))
+        args = _parse(self.alchemist_jobs, line)
+        states = [s.value for s in JobState]
+        if args.state is not None and args.state not in states:
+            raise UsageError(f"--state must be one of {', '.join(states)}, got {args.state!r}")
+        listing = client.list_jobs(state=args.state, limit=args.limit)
+        print(format_jobs_table(listing.jobs))
+        for job_id, why in listing.skipped:
+            print(f"(job {job_id} could not be read and is not listed: {why})")
 
     @magic_arguments()
     @argument("job_id", help="the job's id")
@@ -159,14 +182,14 @@ class AlchemistMagics(Magics):
     @line_magic
     def alchemist_attach(self, line: str) -> Any:
         """Show a job's whole history and follow it while it runs (also after a kernel restart)."""
-        args = parse_argstring(self.alchemist_attach, line)
+        args = _parse(self.alchemist_attach, line)
         job = self._attach(args.job_id)
         self._watch(job, DEFAULT_MAX_LINES, use_widget=not args.no_widget)
         return job
 
     async def alchemist_attach_async(self, line: str) -> Any:
         """``%alchemist_attach`` for an awaiting cell (see :func:`run_async`)."""
-        args = parse_argstring(self.alchemist_attach, line)
+        args = _parse(self.alchemist_attach, line)
         job = self._attach(args.job_id)
         await self._watch_async(job, DEFAULT_MAX_LINES, not args.no_widget)
         return job
@@ -178,7 +201,7 @@ class AlchemistMagics(Magics):
     @line_magic
     def alchemist_logs(self, line: str) -> None:
         """Print a job's logs (every rank, or one)."""
-        args = parse_argstring(self.alchemist_logs, line)
+        args = _parse(self.alchemist_logs, line)
         job = self._attach(args.job_id)
         if args.rank is not None and not 0 <= args.rank < job.spec.world_size:
             raise UsageError(f"--rank must be between 0 and {job.spec.world_size - 1}")
@@ -194,7 +217,7 @@ class AlchemistMagics(Magics):
     @line_magic
     def alchemist_cancel(self, line: str) -> None:
         """Cancel a job (stops every worker; a finished job is left as it is)."""
-        args = parse_argstring(self.alchemist_cancel, line)
+        args = _parse(self.alchemist_cancel, line)
         job = self._attach(args.job_id)
         before = job.status().state
         job.cancel()
@@ -208,7 +231,7 @@ class AlchemistMagics(Magics):
     @line_magic
     def alchemist_tensorboard(self, line: str) -> Any:
         """Start (or reuse) TensorBoard on a job and show where to open it."""
-        args = parse_argstring(self.alchemist_tensorboard, line)
+        args = _parse(self.alchemist_tensorboard, line)
         job = self._attach(args.job_id)
         from alchemist.tensorboard import open_tensorboard
 

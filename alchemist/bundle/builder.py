@@ -231,22 +231,35 @@ def source_of(path: os.PathLike[str] | str) -> tuple[str, str]:
     from pathlib import Path
 
     p = Path(path)
-    if not p.is_file():
-        raise BundleError(f"{p} does not exist or is not a file")
+    try:
+        if not p.is_file():
+            raise BundleError(f"{p} does not exist or is not a file")
+    except (OSError, ValueError):  # a NUL byte, a name too long
+        raise BundleError(f"{str(p)!r} is not a usable file name") from None
     if p.suffix == ".py":
-        return p.read_text(), "script"
+        try:
+            return p.read_text(), "script"
+        except UnicodeDecodeError:
+            raise BundleError(
+                f"{p.name} is not a text file (UTF-8): it cannot run as a script"
+            ) from None
     if p.suffix == ".ipynb":
         import json
 
         try:
             nb = json.loads(p.read_text())
+            raw_cells = nb.get("cells", [])
+            if not isinstance(raw_cells, list):
+                raise TypeError("its cells are not a list")
             cells = [
                 "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-                for c in nb.get("cells", [])
+                for c in raw_cells
                 if c.get("cell_type") == "code"
             ]
-        except (ValueError, KeyError, TypeError) as e:
-            raise BundleError(f"{p} is not a readable notebook ({e})") from None
+            if not all(isinstance(c, str) for c in cells):
+                raise TypeError("a cell's source is not text")
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise BundleError(f"{p.name} is not a readable notebook ({e})") from None
         kept = []
         for n, cell in enumerate(cells, start=1):
             stripped = cell.lstrip()

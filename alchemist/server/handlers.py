@@ -4,6 +4,7 @@ Routes, relative to the server's base URL (``/user/<name>/`` behind JupyterHub):
 
     GET    alchemist/api/v1                      version, backends, algorithms, states and
                                                  the job options (the panel's form)
+    GET    alchemist/api/v1/openapi.json         this API as an OpenAPI 3 document
     GET    alchemist/api/v1/jobs?state=&limit=   the current user's jobs, newest first
     POST   alchemist/api/v1/jobs                 submit a .py or .ipynb file as a job
     POST   alchemist/api/v1/jobs/dryrun          what that submission would run; submits nothing
@@ -83,6 +84,18 @@ _ID = r"(?P<job_id>[A-Za-z0-9][A-Za-z0-9_.-]{0,63})"
 T = TypeVar("T")
 
 
+def _shown(text: str) -> str:
+    """A user's text in a one-line message: as is when printable, else quoted."""
+    return text if text.isprintable() else repr(text)
+
+
+def _one_line(message: str) -> str:
+    """``message`` with line breaks and other control characters written as escapes."""
+    if message.isprintable():
+        return message
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+
+
 class RouteError(web.HTTPError):
     """An error reply: ``status`` and one line, optionally naming the input ``field``."""
 
@@ -143,6 +156,8 @@ class AlchemistHandler(APIHandler):
             reply = {"message": message}
         else:
             reply = {"message": responses.get(status_code, "error")}
+        # One line, whatever the user's input that a message quotes holds.
+        reply["message"] = _one_line(str(reply["message"]))
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(reply))
 
@@ -183,7 +198,7 @@ class AlchemistHandler(APIHandler):
         if unknown:
             raise RouteError(
                 400,
-                f"unknown query argument(s): {', '.join(unknown)};"
+                f"unknown query argument(s): {', '.join(_shown(u) for u in unknown)};"
                 f" allowed: {', '.join(sorted(known)) or 'none'}",
                 unknown[0],
             )
@@ -276,10 +291,18 @@ def _describe(job: Any) -> dict[str, Any]:
     return data
 
 
-def _list_jobs(state: str | None, limit: int) -> list[dict[str, Any]]:
+def _list_jobs(state: str | None, limit: int) -> dict[str, Any]:
+    """The user's jobs, and those that could not be read (listed apart, with why)."""
     from alchemist import client
 
-    return [_describe(job) for job in client.jobs(state=state or None, limit=limit)]
+    listing = client.list_jobs(state=state or None, limit=limit)
+    jobs, skipped = [], [{"id": i, "reason": why} for i, why in listing.skipped]
+    for job in listing.jobs:
+        try:
+            jobs.append(_describe(job))
+        except Exception as e:  # one unreadable job never fails the list
+            skipped.append({"id": job.id, "reason": str(e).splitlines()[0] if str(e) else repr(e)})
+    return {"jobs": jobs, "skipped": skipped}
 
 
 def _job(job_id: str) -> Any:
@@ -378,13 +401,19 @@ def _check_submit_body(data: dict[str, Any], root_dir: Path) -> tuple[Path, dict
     raw_path = data.get("path")
     if not raw_path:
         raise RouteError(400, "path is required: the .py or .ipynb file to run", "path")
+    if not isinstance(raw_path, str):
+        raise RouteError(400, f"path must be a string, got {json.dumps(raw_path)}", "path")
     root = root_dir.expanduser().resolve()
-    full = (root / raw_path.lstrip("/")).resolve()
+    try:
+        full = (root / raw_path.lstrip("/")).resolve()
+        is_file = full.is_file()
+    except (OSError, ValueError):  # a NUL byte, a name too long, a loop of links
+        raise RouteError(400, f"path {raw_path!r} is not a usable file name", "path") from None
     if full != root and root not in full.parents:
         raise RouteError(400, f"path {raw_path!r} is outside the server's root directory", "path")
     if full.suffix not in (".py", ".ipynb"):
         raise RouteError(400, f"path {raw_path!r} is not a .py script or .ipynb notebook", "path")
-    if not full.is_file():
+    if not is_file:
         raise RouteError(400, f"path {raw_path!r} does not exist under the server's root", "path")
     # An empty name means "not given": the job is named after the file.
     options = {
@@ -417,6 +446,16 @@ class RootHandler(AlchemistHandler):
         )
 
 
+class OpenApiHandler(AlchemistHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        from alchemist.server.openapi import document
+
+        self.query({})
+        self.reply(document(self.base_url))
+
+
 class JobsHandler(AlchemistHandler):
     @web.authenticated
     @authorized
@@ -432,8 +471,7 @@ class JobsHandler(AlchemistHandler):
                 raise RouteError(
                     400, f"state {state!r} is unknown; choose one of {', '.join(states)}", "state"
                 )
-        jobs = await self.call(_list_jobs, state, args["limit"])
-        self.reply({"jobs": jobs})
+        self.reply(await self.call(_list_jobs, state, args["limit"]))
 
     @web.authenticated
     @authorized
@@ -540,6 +578,7 @@ def setup_handlers(web_app: Any) -> None:
     base = url_path_join(web_app.settings.get("base_url", "/"), API_ROOT)
     routes: list[tuple[str, type[AlchemistHandler]]] = [
         ("", RootHandler),
+        ("/openapi.json", OpenApiHandler),
         ("/jobs", JobsHandler),
         ("/jobs/dryrun", DryRunPreviewHandler),
         (f"/jobs/{_ID}", JobHandler),

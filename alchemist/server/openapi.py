@@ -1,0 +1,155 @@
+"""The REST API described as OpenAPI 3 (``GET /alchemist/api/v1/openapi.json``).
+
+The submit body's schema comes from the job-options table (:mod:`alchemist.options`);
+the routes and their query arguments are those :mod:`alchemist.server.handlers`
+serves (``tests/server/test_openapi.py`` checks the two against each other and fuzzes
+every route from this document).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alchemist.options import options_for
+
+_JSON_SCHEMA: dict[str, dict[str, Any]] = {
+    "int": {"type": "integer"},
+    "float": {"type": "number"},
+    "str": {"type": "string"},
+    "kv": {"type": "object", "additionalProperties": {"type": "string"}},
+    "kv_typed": {"type": "object"},
+    "names": {"type": "array", "items": {"type": "string"}},
+}
+
+_ERROR = {
+    "type": "object",
+    "required": ["message"],
+    "properties": {"message": {"type": "string"}, "field": {"type": "string"}},
+}
+
+
+def _submit_body() -> dict[str, Any]:
+    props: dict[str, Any] = {
+        "path": {
+            "type": "string",
+            "description": "the .py script or .ipynb notebook to run, under the server's root",
+        }
+    }
+    for opt in options_for("rest"):
+        schema: dict[str, Any] = {**_JSON_SCHEMA[opt.type], "description": opt.help}
+        if opt.default is None:
+            schema["nullable"] = True
+        if opt.choices:
+            schema["enum"] = list(opt.choices)
+        props[opt.name] = schema
+    return {
+        "type": "object",
+        "required": ["path"],
+        "additionalProperties": False,
+        "properties": props,
+    }
+
+
+def _int(name: str, description: str, minimum: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": description,
+        "schema": {"type": "integer", "minimum": minimum},
+    }
+
+
+def _text(name: str, description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": description,
+        "schema": {"type": "string"},
+    }
+
+
+def _op(summary: str, ok: int = 200, params: list[Any] | None = None, body: bool = False) -> Any:
+    op: dict[str, Any] = {
+        "summary": summary,
+        "parameters": params or [],
+        "responses": {
+            str(ok): {"description": "done", "content": {"application/json": {"schema": {}}}},
+            "400": _error_response("bad input: the message says which and how"),
+            "403": _error_response("another user's job"),
+            "404": _error_response("no such job"),
+        },
+    }
+    if body:
+        op["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Submit"}}},
+        }
+    return op
+
+
+def _error_response(text: str) -> dict[str, Any]:
+    return {
+        "description": text,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+    }
+
+
+def document(base_url: str = "/") -> dict[str, Any]:
+    """The OpenAPI 3.0 document of the API under ``base_url``."""
+    from alchemist import __version__
+
+    job = [{"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+    root = base_url.rstrip("/") + "/alchemist/api/v1"
+    paths = {
+        "": {"get": _op("version, backends, algorithms, states and the job options")},
+        "/openapi.json": {"get": _op("this document")},
+        "/jobs": {
+            "get": _op(
+                "the current user's jobs, newest first (and those that could not be read)",
+                params=[
+                    _text("state", "only jobs in this state"),
+                    _int("limit", "at most this many", 1),
+                ],
+            ),
+            "post": _op("submit a file as a job", ok=201, body=True),
+        },
+        "/jobs/dryrun": {"post": _op("what a submission would run; submits nothing", body=True)},
+        "/jobs/{job_id}": {
+            "get": _op("one job", params=job),
+            "delete": _op("cancel the job (idempotent)", params=job),
+        },
+        "/jobs/{job_id}/metrics": {
+            "get": _op(
+                "metric events after a cursor",
+                params=[
+                    *job,
+                    _text("since", "the cursor a previous read returned"),
+                    _int("max_bytes", "read about this much at most", 1),
+                ],
+            )
+        },
+        "/jobs/{job_id}/logs": {
+            "get": _op(
+                "one rank's log lines after a byte cursor",
+                params=[
+                    *job,
+                    _int("rank", "the rank", 0),
+                    _int("since", "byte offset to read from", 0),
+                    _int("limit_bytes", "read this much at most", 1),
+                ],
+            )
+        },
+        "/jobs/{job_id}/dryrun": {"get": _op("the exact request the backend made", params=job)},
+        "/jobs/{job_id}/tensorboard": {
+            "post": _op("start (or reuse) TensorBoard on the job", params=job)
+        },
+    }
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "Alchemist REST API", "version": __version__},
+        "servers": [{"url": root}],
+        "paths": paths,
+        "components": {"schemas": {"Submit": _submit_body(), "Error": _ERROR}},
+    }

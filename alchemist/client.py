@@ -359,7 +359,7 @@ def submit(
     store = get_store()
     store.add(record)
     try:
-        backend.submit(req)
+        backend.submit(req, info)  # exactly what was validated above, not a new dry run
     except AlchemistError as e:
         store.update(job_id, state=JobState.FAILED.value, reason=str(e), finished=time.time())
         raise

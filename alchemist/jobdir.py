@@ -56,6 +56,36 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, json.dumps(obj, indent=2, sort_keys=True).encode())
 
 
+#: ``state.json``, the job's state as its launcher or backend records it: these fields,
+#: plus one section (an object) per backend for its own bookkeeping (``"kubernetes"``).
+#: Every backend writes it the same way, so readers need not know which one ran a job.
+STATE_FIELDS: dict[str, tuple[type, ...]] = {
+    "state": (str,),  # a JobState value
+    "reason": (str, type(None)),  # one line: why it failed, was cancelled, or waits
+    "exit_code": (int, type(None)),
+    "started": (float, int, type(None)),
+    "finished": (float, int, type(None)),
+    "supervisor_pid": (int,),
+    "backend": (str,),
+}
+
+
+def check_state_fields(fields: dict[str, Any]) -> None:
+    """Raise ``ValueError`` unless ``fields`` fit the ``state.json`` schema."""
+    from alchemist.spec import JobState
+
+    for key, value in fields.items():
+        types = STATE_FIELDS.get(key)
+        if types is None:
+            if not isinstance(value, dict):
+                raise ValueError(f"state.json has no field {key!r} (a backend's is an object)")
+            continue
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise ValueError(f"state.json field {key!r} cannot be {value!r}")
+        if key == "state":
+            JobState(value)  # ValueError for a state that does not exist
+
+
 #: Name prefix of the per-rank system metric files in ``metrics/``.
 SYSTEM_PREFIX = "system-"
 
@@ -164,6 +194,13 @@ class JobDir:
             return None
 
     def write_state(self, **fields: Any) -> None:
+        """Update ``state.json`` with ``fields`` (checked against :data:`STATE_FIELDS`).
+
+        Raises:
+            ValueError: a field that is not in the record's schema, or of the wrong
+                type (a programming error, not a user's).
+        """
+        check_state_fields(fields)
         current = self.read_state() or {}
         current.update(fields)
         atomic_write_json(self.state, current)

@@ -125,3 +125,32 @@ def died_first(job_dir: JobDir, world_size: int, launcher_log: str = "") -> str 
     if rank in codes:
         return f"rank {rank} {_how(codes[rank])}"
     return f"rank {rank} died before its code finished (no exit status recorded)"
+
+
+_EXIT_RE = re.compile(r"^\[alchemist\] rank (\d+) exited with status (-?\d+)")
+
+
+def failure_reason(job_dir: JobDir, rc: int | None) -> str:
+    """One line saying why the job failed, from the log of the rank that failed first
+    (by its outcome record; the others often fail next, of the lost peer)."""
+    recorded = read(job_dir)
+    failed_first = sorted((o.time, o.rank) for o in recorded.values() if o.status != 0)
+    order = [r for _, r in failed_first]
+    for rank in order + [r for r in job_dir.ranks_with_logs() if r not in order]:
+        try:
+            lines = job_dir.rank_log(rank).read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        for i in range(len(lines) - 1, -1, -1):
+            m = _EXIT_RE.match(lines[i])
+            if m and m.group(2) != "0":
+                detail = next(
+                    (
+                        ln.strip()
+                        for ln in reversed(lines[:i])
+                        if ln.strip() and not ln.startswith(" ")
+                    ),
+                    "",
+                )
+                return f"rank {rank} failed: {detail}" if detail else f"rank {rank} failed"
+    return f"the launcher exited with status {rc}; see logs/launcher.log"

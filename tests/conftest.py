@@ -7,7 +7,7 @@ it leaves a process behind that runs from that home: jobs must never leak worker
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -56,3 +56,21 @@ def alchemist_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
                 pass
         psutil.wait_procs(left, timeout=5)
         pytest.fail(f"test left {len(left)} process(es) behind: {desc}")
+
+
+@pytest.fixture
+def fake_backend() -> Iterator[Callable[[type], str]]:
+    """``name = fake_backend(InstantBackend)``: register one of
+    :mod:`alchemist.testing.fakes` for this test; returns its name."""
+    from alchemist.backends import register_backend
+
+    names: list[str] = []
+
+    def register(cls: type) -> str:
+        register_backend(cls.name, cls())
+        names.append(cls.name)
+        return str(cls.name)
+
+    yield register
+    for name in names:
+        register_backend(name, None)

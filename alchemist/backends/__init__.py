@@ -19,12 +19,24 @@ _BUILTIN = {
 }
 
 _instances: dict[str, Backend] = {}
+_registered: set[str] = set()
 
 
 def backend_names() -> list[str]:
-    names = set(_BUILTIN)
+    names = set(_BUILTIN) | _registered
     names.update(ep.name for ep in entry_points(group="alchemist.backends"))
     return sorted(names)
+
+
+def register_backend(name: str, backend: Backend | None) -> None:
+    """Make ``backend`` the one :func:`get_backend` returns for ``name`` (None: forget
+    it). For tests and embedding; installed backends use the entry-point group."""
+    if backend is None:
+        _instances.pop(name, None)
+        _registered.discard(name)
+    else:
+        _instances[name] = backend
+        _registered.add(name)
 
 
 def get_backend(name: str) -> Backend:
@@ -56,4 +68,12 @@ def get_backend(name: str) -> Backend:
     return backend
 
 
-__all__ = ["Backend", "DryRunInfo", "JobRequest", "LogChunk", "backend_names", "get_backend"]
+__all__ = [
+    "Backend",
+    "DryRunInfo",
+    "JobRequest",
+    "LogChunk",
+    "backend_names",
+    "get_backend",
+    "register_backend",
+]

@@ -16,8 +16,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from alchemist.errors import SpecError
 from alchemist.jobdir import JobDir
-from alchemist.spec import JobSpec, JobStatus
+from alchemist.spec import ALGORITHMS, JobSpec, JobStatus
 
 
 @dataclass(frozen=True)
@@ -70,8 +71,10 @@ class LogChunk:
 class Backend(abc.ABC):
     """Runs jobs. Implementations must honour these guarantees.
 
-    - ``submit`` runs exactly ``dryrun``'s request and returns once the job is recorded
-      by the backend (its workers may still be pending).
+    - ``submit`` runs exactly the request of the dry run it is given (the one the user
+      saw), without computing another, and returns once the job is recorded by the
+      backend (its workers may still be pending).
+    - ``dryrun`` refuses, in one line, an algorithm not in :attr:`algorithms`.
     - ``status`` of a job the backend has never seen raises ``JobNotFoundError``;
       otherwise it returns the current :class:`JobStatus`. Terminal states are final.
     - ``cancel`` stops every worker of the job and is idempotent: cancelling a finished
@@ -81,15 +84,28 @@ class Backend(abc.ABC):
 
     #: registry name, e.g. "local"
     name: str = ""
+    #: the algorithms this backend runs; :meth:`dryrun` refuses the others in one line
+    algorithms: frozenset[str] = frozenset(ALGORITHMS)
 
     def dryrun(self, req: JobRequest) -> DryRunInfo:
-        """Return the exact request that :meth:`submit` would make. Submits nothing."""
+        """Return the exact request that :meth:`submit` would make. Submits nothing.
+
+        Raises:
+            SpecError: the spec is invalid, or this backend does not run its algorithm.
+        """
         req.spec.validate()
+        if req.spec.algorithm not in self.algorithms:
+            raise SpecError(
+                f"backend {self.name!r} does not run algorithm {req.spec.algorithm!r}; it runs"
+                f" {', '.join(sorted(self.algorithms))}: pick one of those, or another --backend"
+            )
         return self._dryrun(req)
 
-    def submit(self, req: JobRequest) -> DryRunInfo:
-        """Run the job; returns the dry-run info of what was started."""
-        info = self.dryrun(req)
+    def submit(self, req: JobRequest, info: DryRunInfo | None = None) -> DryRunInfo:
+        """Run the job: schedule exactly ``info``, the dry run the caller showed and
+        checked (made here when not given), once; return it."""
+        if info is None:
+            info = self.dryrun(req)
         self._schedule(req, info)
         return info
 

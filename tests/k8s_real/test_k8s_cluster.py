@@ -25,6 +25,8 @@ from typing import Any
 
 import pytest
 
+from alchemist.testing.conformance import BackendContract
+
 pytestmark = pytest.mark.k8s
 
 kubernetes = pytest.importorskip("kubernetes")
@@ -188,3 +190,23 @@ def test_unschedulable_reason_then_cancel(backend: Any, cleanup: list[Any]) -> N
     backend.cancel(req)
     assert backend.status(req).state is JobState.CANCELLED
     assert all(j["job_id"] != req.job_id for j in backend.list(OWNER))
+
+
+#: ALCHEMIST_HOME as the run was started with (the suite's autouse fixture points it at
+#: a temporary folder; jobs on a real cluster need it on the shared volume).
+_STARTED_HOME = os.environ.get("ALCHEMIST_HOME", "")
+
+
+class TestBackendContractOnTheCluster(BackendContract):
+    """The conformance suite of every backend (:mod:`alchemist.testing.conformance`),
+    on the real cluster; needs what the job tests above need."""
+
+    @pytest.fixture
+    def backend_name(self, backend: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+        from alchemist import backends
+
+        if _STARTED_HOME:
+            monkeypatch.setenv("ALCHEMIST_HOME", _STARTED_HOME)
+        _needs_volume(backend)
+        monkeypatch.setitem(backends._instances, "kubernetes", backend)
+        return "kubernetes"

@@ -78,8 +78,20 @@ FEATURES: dict[str, tuple[dict[str, Any], JobSpec]] = {
         JobSpec(
             name="env",
             workers=2,
-            env={"NCCL_DEBUG": "INFO", "ALCHEMIST_JOB_ID": "user-wins", "WANDB_MODE": "offline"},
+            # OMP_NUM_THREADS: a runtime default the user's value replaces (the variables
+            # the runtime owns, ALCHEMIST_JOB_ID say, are refused at submit instead)
+            env={"NCCL_DEBUG": "INFO", "OMP_NUM_THREADS": "4", "WANDB_MODE": "offline"},
             image="registry.example/custom:1",
+            backend="kubernetes",
+        ),
+    ),
+    "horovod": (
+        {"gpu_resource": "nvidia.com/gpu"},
+        JobSpec(
+            name="hvd",
+            workers=2,
+            resources=Resources(gpus=4),
+            algorithm="horovod",
             backend="kubernetes",
         ),
     ),
@@ -124,6 +136,9 @@ def test_golden_manifest(feature: str) -> None:
 def test_goldens_show_each_feature() -> None:
     """The golden files really contain what their feature is about (guards a bad regen)."""
     docs = {f: list(yaml.safe_load_all((GOLDEN / f"{f}.yaml").read_text())) for f in FEATURES}
+    hvd = docs["horovod"][0]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert hvd[:3] == ["python", "-m", "alchemist.backends.horovod_pod"]
+    assert "--procs=4" in hvd and "--gpus" in hvd and "--index=$(JOB_COMPLETION_INDEX)" in hvd
     gpu_pod = docs["gpu"][0]["spec"]["template"]["spec"]
     worker = gpu_pod["containers"][0]
     assert worker["resources"]["limits"]["nvidia.com/gpu"] == "8"
@@ -146,7 +161,7 @@ def test_goldens_show_each_feature() -> None:
         e["name"]: e.get("value")
         for e in docs["env"][0]["spec"]["template"]["spec"]["containers"][0]["env"]
     }
-    assert env["NCCL_DEBUG"] == "INFO" and env["ALCHEMIST_JOB_ID"] == "user-wins"
+    assert env["NCCL_DEBUG"] == "INFO" and env["OMP_NUM_THREADS"] == "4"
 
 
 def test_rendezvous_wiring() -> None:

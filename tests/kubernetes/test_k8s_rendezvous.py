@@ -190,3 +190,58 @@ def test_timeout_stops_the_job(
     assert st.state is JobState.FAILED and st.reason is not None and "timeout" in st.reason
     procs = getattr(kubelet, "procs", {})
     wait_for(lambda: all(p.poll() is not None for p in procs.values()), 30, "pods to stop")
+
+
+HOROVOD_CELL = """
+import torch
+import horovod.torch as hvd
+import alchemist
+
+model = torch.nn.Linear(2, 1)
+model, opt = alchemist.distribute(model, torch.optim.SGD(model.parameters(), lr=0.1))
+t = torch.tensor([float(hvd.rank() + 1)])
+total = hvd.allreduce(t, op=hvd.Sum).item()
+print(f"horovod rank={hvd.rank()} size={hvd.size()} sum={total:g}", flush=True)
+assert total == hvd.size() * (hvd.size() + 1) / 2
+"""
+
+
+def test_horovod_pods_train_through_horovods_own_rendezvous(alchemist_home: Path) -> None:
+    """``--backend kubernetes --algorithm horovod``: each generated pod, run as a process
+    (stand-in: no cluster, see the module docstring), starts its rank through Horovod's
+    gloo rendezvous served by pod 0, and the two pods all-reduce with Horovod."""
+    pytest.importorskip("horovod.torch")
+    spec = JobSpec(name="hvd", workers=2, backend="kubernetes", algorithm="horovod")
+    req = write_job(alchemist_home, "jhvd0000001", spec, HOROVOD_CELL)
+    backend = KubernetesBackend(
+        config=Config(),
+        namespace="default",
+        image="unused",
+        pvc="home",
+        mount_path=str(alchemist_home),
+        master_port=free_port(),
+    )
+    job = backend.dryrun(req).request["manifests"][0]
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for index in range(spec.workers):
+            pod = copy.deepcopy(job["spec"]["template"])
+            pod["metadata"]["annotations"][COMPLETION_INDEX] = str(index)
+            argv, env, cwd = pod_process(pod)
+            assert argv[1:3] == ["-m", "alchemist.backends.horovod_pod"]
+            assert f"--index={index}" in argv and "--addr=127.0.0.1" in argv
+            procs.append(
+                subprocess.Popen(
+                    argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+                )
+            )
+        outputs = [p.communicate(timeout=240)[0].decode(errors="replace") for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    for rank in range(2):
+        log = req.job_dir.rank_log(rank).read_text()
+        assert f"horovod rank={rank} size=2 sum=3" in log, log

@@ -474,7 +474,7 @@ def _rank_failure(req: JobRequest) -> str | None:
     The pod's own log holds only the launcher's output (each rank writes its own log in
     the job directory), so the ranks' logs say best what went wrong.
     """
-    from alchemist.backends.local.supervisor import failure_reason
+    from alchemist.outcomes import failure_reason
 
     reason = failure_reason(req.job_dir, None)
     return reason if reason.startswith("rank ") else None

@@ -111,6 +111,21 @@ def make_worker_command(
     job_id: str, spec: JobSpec, job_dir: JobDir, settings: Settings
 ) -> list[str]:
     """The container command of every pod (``$(JOB_COMPLETION_INDEX)`` is expanded by Kubernetes)."""
+    if spec.algorithm == "horovod":
+        # Horovod's own gloo rendezvous, run by pod 0; each pod starts its ranks as
+        # horovodrun would (alchemist.backends.horovod_pod).
+        return [
+            "python",
+            "-m",
+            "alchemist.backends.horovod_pod",
+            str(job_dir.root),
+            "--index=$(JOB_COMPLETION_INDEX)",
+            f"--workers={spec.workers}",
+            f"--procs={spec.procs_per_worker}",
+            f"--addr={master_address(job_id)}",
+            f"--master-port={settings.master_port}",
+            *(["--gpus"] if spec.resources.gpus else []),
+        ]
     # Restarts are done by the Job controller (see the module docstring).
     launch_spec = dataclasses.replace(spec, max_restarts=0)
     return [

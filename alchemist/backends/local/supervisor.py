@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -28,34 +27,6 @@ from alchemist import outcomes
 from alchemist.backends.local import admission
 from alchemist.backends.local.procs import CANCEL_MARKER, job_processes, terminate
 from alchemist.jobdir import JobDir
-
-_EXIT_RE = re.compile(r"^\[alchemist\] rank (\d+) exited with status (-?\d+)")
-
-
-def failure_reason(job_dir: JobDir, rc: int | None) -> str:
-    """One line saying why the job failed, from the log of the rank that failed first
-    (by its outcome record; the others often fail next, of the lost peer)."""
-    recorded = outcomes.read(job_dir)
-    failed_first = sorted((o.time, o.rank) for o in recorded.values() if o.status != 0)
-    order = [r for _, r in failed_first]
-    for rank in order + [r for r in job_dir.ranks_with_logs() if r not in order]:
-        try:
-            lines = job_dir.rank_log(rank).read_text(errors="replace").splitlines()
-        except OSError:
-            continue
-        for i in range(len(lines) - 1, -1, -1):
-            m = _EXIT_RE.match(lines[i])
-            if m and m.group(2) != "0":
-                detail = next(
-                    (
-                        ln.strip()
-                        for ln in reversed(lines[:i])
-                        if ln.strip() and not ln.startswith(" ")
-                    ),
-                    "",
-                )
-                return f"rank {rank} failed: {detail}" if detail else f"rank {rank} failed"
-    return f"the launcher exited with status {rc}; see logs/launcher.log"
 
 
 def main(argv: list[str]) -> int:
@@ -218,7 +189,11 @@ def _run(
     except OSError:
         launcher_log = ""
     why = outcomes.died_first(job_dir, world, launcher_log) if world else None
-    return {"state": "failed", "reason": why or failure_reason(job_dir, rc), "exit_code": rc}
+    return {
+        "state": "failed",
+        "reason": why or outcomes.failure_reason(job_dir, rc),
+        "exit_code": rc,
+    }
 
 
 if __name__ == "__main__":

@@ -41,3 +41,8 @@ class PermissionDeniedError(AlchemistError):
 
 class CursorError(AlchemistError, ValueError):
     """A metrics cursor that no read returned (the message says what a cursor looks like)."""
+
+
+class HubConfigError(AlchemistError, ValueError):
+    """A hub setting is invalid: an ``ALCHEMIST_HUB_*`` variable of the embedded hub or a
+    chart value of the Kubernetes hub (the message names the variable or key and the fix)."""

@@ -29,7 +29,10 @@ stamp=.venv/.alchemist-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     echo "setup: installing torch==2.13.0 (CPU) and Alchemist with its dev extras"
     "${PIP[@]}" install -q torch==2.13.0 numpy 2>&1 | grep -v "^WARNING: Location" || true
-    "${PIP[@]}" install -q torch==2.13.0 -e ".[dev]" 2>&1 | grep -v "^WARNING: Location" || true
+    # The wheel build's jupyter-builder hook would build the panel here too; in this
+    # editable checkout scripts/setup.d/60-labextension.sh builds and links it instead.
+    SKIP_JUPYTER_BUILDER=1 "${PIP[@]}" install -q torch==2.13.0 -e ".[dev]" 2>&1 \
+        | grep -v "^WARNING: Location" || true
     .venv/bin/python -c "import alchemist, torch; assert torch.__version__.startswith('2.13.0')"
     touch "$stamp"
 else

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -95,6 +96,49 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (built,) = out.glob("alchemist-*.whl")
     return built
+
+
+def test_a_wheel_without_the_panel_is_refused(tmp_path: Path) -> None:
+    """The jupyter-builder hook guards the wheel: in a clone where the panel is not built
+    and npm is skipped, the build fails naming the missing panel files instead of
+    producing a wheel without the side panel (what happened before the hook)."""
+    clone = tmp_path / "clone"
+    tracked = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.splitlines()
+    for name in tracked:
+        if (REPO / name).is_file():
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, clone / name)
+    assert not (clone / "alchemist" / "labextension").exists()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "--disable-pip-version-check",
+            "-w",
+            str(tmp_path / "out"),
+            str(clone),
+        ],
+        env={**os.environ, "HATCH_JUPYTER_BUILDER_SKIP_NPM": "1"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "alchemist/labextension/package.json" in proc.stdout + proc.stderr
+    assert not list((tmp_path / "out").glob("*.whl"))
 
 
 @pytest.fixture(scope="module")

@@ -46,3 +46,8 @@ class CursorError(AlchemistError, ValueError):
 class CapacityError(AlchemistError):
     """The job asks for more than its backend can ever give (a user's mistake, not the
     backend's: the message says what to lower)."""
+
+
+class HubConfigError(AlchemistError, ValueError):
+    """A hub setting is invalid: an ``ALCHEMIST_HUB_*`` variable of the embedded hub or a
+    chart value of the Kubernetes hub (the message names the variable or key and the fix)."""

@@ -6,4 +6,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python -m alchemist.hubapp start "$@"
+exec .venv/bin/python -m alchemist.hub.embedded start "$@"

@@ -1,43 +1,18 @@
-"""JupyterHub on Kubernetes: KubeSpawner profiles and configuration from chart values.
+"""JupyterHub for Alchemist, in two flavours.
 
-The chart in ``helm/alchemist`` runs a hub whose ``jupyterhub_config.py`` calls
-:func:`configure_from_file`; the same functions can be called from any
-``jupyterhub_config.py`` that uses KubeSpawner. The embedded single-machine hub lives
-in ``hub/`` at the top of the repository and does not use this package.
+- :mod:`alchemist.hub.embedded`: the one-machine hub (``alchemist-hub start`` or
+  ``python -m alchemist.hub.embedded``): JupyterHub on 127.0.0.1 with password log-in and
+  one local JupyterLab server per user. Its ``jupyterhub_config.py`` is package data.
+- :mod:`alchemist.hub.kubernetes`: KubeSpawner profiles and hub configuration from the
+  Helm chart's values (``helm/alchemist``).
+
+Both raise :class:`~alchemist.errors.HubConfigError` for a bad setting. This package
+imports neither subpackage, so the hub image (no torch, no kubernetes client) and the
+embedded hub each load only what they use.
 """
 
 from __future__ import annotations
 
-from alchemist.hub.profiles import (
-    DEFAULT_GPU_RESOURCE,
-    DEFAULT_PROFILES,
-    HubConfigError,
-    Profile,
-    make_profile_list,
-    profile_from_values,
-)
-from alchemist.hub.spawner import (
-    DEFAULT_CONFIG_PATH,
-    backend_environment,
-    configure_from_file,
-    configure_hub,
-    configure_kubespawner,
-    load_config_file,
-    make_volumes,
-)
+from alchemist.errors import HubConfigError
 
-__all__ = [
-    "DEFAULT_CONFIG_PATH",
-    "DEFAULT_GPU_RESOURCE",
-    "DEFAULT_PROFILES",
-    "HubConfigError",
-    "Profile",
-    "backend_environment",
-    "configure_from_file",
-    "configure_hub",
-    "configure_kubespawner",
-    "load_config_file",
-    "make_profile_list",
-    "make_volumes",
-    "profile_from_values",
-]
+__all__ = ["HubConfigError"]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The JupyterLab side panel: build extensions/lab/ into alchemist/labextension/ (a
 # prebuilt extension, git-ignored) and make this venv's Jupyter load it and the
-# REST API's server extension.
+# REST API's server extension (the wheel build runs the same build through
+# pyproject's jupyter-builder hook).
 # Idempotent and fast when done: it rebuilds only when a source is newer than the build.
 set -euo pipefail
 
@@ -44,15 +45,23 @@ else
     echo "60-labextension: alchemist/labextension is up to date"
 fi
 
-# Make this venv's JupyterLab and Jupyter server load them (a wheel install does the
-# same through its shared-data; an editable install needs these two links).
-labext="$VENV/share/jupyter/labextensions"
-mkdir -p "$labext"
-if [ "$(readlink "$labext/$NAME" 2>/dev/null)" != "$OUT" ]; then
-    rm -rf "${labext:?}/$NAME"
-    ln -s "$OUT" "$labext/$NAME"
-fi
-cp -f "$LAB/install.json" "$OUT/install.json"
+# Make this venv's JupyterLab load the panel. A wheel install puts the build output and
+# install.json into share/jupyter/labextensions/ through its shared-data; this editable
+# checkout instead gets a directory there whose entries link to the build output (so a
+# rebuild shows without reinstalling) plus a copy of install.json (kept out of the build
+# output, which the wheel ships as it is).
+dest="$VENV/share/jupyter/labextensions/$NAME"
+[ -L "$dest" ] && rm -f "$dest"  # an older setup linked the whole directory
+mkdir -p "$dest"
+rm -f "$OUT/install.json"        # an older setup copied it into the build output
+for entry in "$OUT"/*; do
+    link="$dest/$(basename "$entry")"
+    if [ "$(readlink "$link" 2>/dev/null)" != "$entry" ]; then
+        rm -rf "$link"
+        ln -s "$entry" "$link"
+    fi
+done
+cp -f "$LAB/install.json" "$dest/install.json"
 confd="$VENV/etc/jupyter/jupyter_server_config.d"
 mkdir -p "$confd"
 if ! cmp -s "$ROOT/jupyter-config/jupyter_server_config.d/alchemist.json" "$confd/alchemist.json"; then

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from traitlets.config import Config
 
-from alchemist.hub import backend_environment, configure_hub
+from alchemist.hub.kubernetes import backend_environment, configure_hub
 from tests.helm.chart import ALL_ON_VALUES, CHART, find, render, render_uncached, run_helm
 
 K8S_VERSION = "1.33.0"
@@ -203,7 +203,7 @@ def test_hub_may_manage_user_pods_and_claims_in_the_user_namespace(helm: str) ->
 
 
 def test_hub_config_names_the_objects_the_chart_creates(helm: str) -> None:
-    """The ConfigMap's hub config, fed to alchemist.hub.configure_hub, points KubeSpawner
+    """The ConfigMap's hub config, fed to alchemist.hub.kubernetes.configure_hub, points KubeSpawner
     and the kubernetes backend's environment at the very objects the chart renders."""
     docs = render(helm, (ALL_ON_VALUES,))
     c = Config()
@@ -258,6 +258,8 @@ def test_rendered_jupyterhub_config_runs(helm: str, tmp_path: Path) -> None:
     docs = render(helm, (ALL_ON_VALUES,))
     (cm,) = find(docs, "ConfigMap", "-hub-config")
     (tmp_path / "hub-config.yaml").write_text(cm["data"]["hub-config.yaml"])
+    # Mounted beside hub-config.yaml in the pod, as the ConfigMap's other keys are.
+    (tmp_path / "extra_config.py").write_text(cm["data"]["extra_config.py"])
     source = cm["data"]["jupyterhub_config.py"].replace(
         "/usr/local/etc/alchemist/hub-config.yaml", str(tmp_path / "hub-config.yaml")
     )
@@ -299,9 +301,9 @@ def test_default_profiles_are_cpu_and_1_4_8_gpus(helm: str) -> None:
 
 
 def test_chart_and_python_defaults_agree(helm: str) -> None:
-    """alchemist.hub.DEFAULT_PROFILES (used when a config sets no profiles) matches the
+    """alchemist.hub.kubernetes.DEFAULT_PROFILES (used when a config sets no profiles) matches the
     chart's default profiles."""
-    from alchemist.hub import DEFAULT_PROFILES, make_profile_list, profile_from_values
+    from alchemist.hub.kubernetes import DEFAULT_PROFILES, make_profile_list, profile_from_values
 
     chart = hub_config(render(helm))["singleuser"]["profiles"]
     assert make_profile_list([profile_from_values(p) for p in chart]) == make_profile_list(
@@ -318,3 +320,15 @@ def test_templates_write_no_registry_hostname() -> None:
         values["singleuser"]["workerImage"],
     ]:
         assert not re.match(r"^[a-z0-9-]+(\.[a-z0-9-]+)+/", image["repository"])
+
+
+def test_hub_configmap_carries_the_charts_jupyterhub_config_file(helm: str) -> None:
+    """The hub runs the chart's real files/hub/jupyterhub_config.py, byte for byte (the
+    zero-to-jupyterhub way), and hub.extraConfig travels beside it, not inside it."""
+    chart_file = CHART / "files" / "hub" / "jupyterhub_config.py"
+    (cm,) = find(render(helm), "ConfigMap", "-hub-config")
+    assert cm["data"]["jupyterhub_config.py"] == chart_file.read_text()
+    assert "extra_config.py" not in cm["data"]
+    (cm,) = find(render(helm, (ALL_ON_VALUES,)), "ConfigMap", "-hub-config")
+    assert "alchemist.dev/extra-config" in cm["data"]["extra_config.py"]
+    assert "alchemist.dev/extra-config" not in cm["data"]["jupyterhub_config.py"]

@@ -125,7 +125,7 @@ def test_hub_installs_the_hub_extra_and_no_torch() -> None:
 
 def test_alchemist_hub_imports_with_only_the_hub_image_packages() -> None:
     """The hub image installs alchemist without its dependencies; importing
-    alchemist.hub (what the chart's jupyterhub_config.py does) must not need them."""
+    alchemist.hub.kubernetes (what the chart's jupyterhub_config.py does) must not need them."""
     hub = set(pins("hub"))
     absent = sorted(
         IMPORT_NAMES.get(n, n.replace("-", "_"))
@@ -141,10 +141,10 @@ class Absent(importlib.abc.MetaPathFinder):
         if name.split(".")[0] in ABSENT:
             raise ImportError(f"{{name}} is not in the hub image")
 sys.meta_path.insert(0, Absent())
-import alchemist.hub
+import alchemist.hub.kubernetes
 from traitlets.config import Config
 c = Config()
-alchemist.hub.configure_kubespawner(c, {{
+alchemist.hub.kubernetes.configure_kubespawner(c, {{
     "singleuser": {{"namespace": "n", "image": "i:1", "workerImage": "w:1",
                    "serviceAccount": "u", "workerServiceAccount": "w"}},
     "shared": {{"claimName": "s", "mountPath": "/mnt/a"}},

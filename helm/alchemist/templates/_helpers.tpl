@@ -67,7 +67,7 @@ Usage: include "alchemist.secretValue" (list $ "key" .Values.hub.cookieSecret)
 {{- end -}}
 
 {{/*
-The hub config document read by alchemist.hub.configure_from_file in the hub pod.
+The hub config document read by alchemist.hub.kubernetes.configure_from_file in the hub pod.
 Helm resolves every name here; the Python side holds no naming rules.
 */}}
 {{- define "alchemist.hubConfig" -}}

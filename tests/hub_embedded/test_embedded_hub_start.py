@@ -1,6 +1,6 @@
 """The embedded hub's entry point: first start, restart, accounts, mistakes.
 
-Runs the real ``python -m alchemist.hubapp`` and the real JupyterHub behind it; log-ins
+Runs the real ``python -m alchemist.hub.embedded`` and the real JupyterHub behind it; log-ins
 go through the hub's real login form over HTTP (the browser test does it in Chromium).
 """
 
@@ -21,9 +21,9 @@ import bcrypt
 import pytest
 import requests
 
-from alchemist.hubapp.__main__ import main
-from alchemist.hubapp.seed import MARKER, seed_home
-from tests.hub.hubproc import RunningHub, fresh_ports, hub_env, start_hub, stop_hub
+from alchemist.hub.embedded.__main__ import main
+from alchemist.hub.embedded.seed import MARKER, seed_home
+from tests.hub_embedded.hubproc import RunningHub, fresh_ports, hub_env, start_hub, stop_hub
 
 
 def http_login(
@@ -73,7 +73,7 @@ def run_main(
     env: dict[str, str], *args: str, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "alchemist.hubapp", *args],
+        [sys.executable, "-m", "alchemist.hub.embedded", *args],
         env=env,
         input=stdin,
         capture_output=True,

@@ -6,7 +6,7 @@ It needs a kubeconfig (``KUBECONFIG`` or ``~/.kube/config``) whose user may crea
 chart's objects in ``ALCHEMIST_K8S_NAMESPACE`` (default ``default``); Kueue objects are
 included only when the cluster serves Kueue's API.
 
-Run: ``pytest -m k8s tests/hub_k8s/test_chart_real_cluster.py``.
+Run: ``pytest -m k8s tests/hub_kubernetes/test_chart_real_cluster.py``.
 """
 
 from __future__ import annotations

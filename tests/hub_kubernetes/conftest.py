@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.helm.chart import find_helm
-from tests.hub_k8s.spawning import write_kubeconfig
+from tests.hub_kubernetes.spawning import write_kubeconfig
 
 
 @pytest.fixture(scope="session")

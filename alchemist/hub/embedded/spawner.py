@@ -28,8 +28,8 @@ from typing import Any
 from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner
 from traitlets import Unicode
 
-from alchemist.hubapp.accounts import ensure_system_account
-from alchemist.hubapp.seed import seed_home
+from alchemist.hub.embedded.accounts import ensure_system_account
+from alchemist.hub.embedded.seed import seed_home
 
 #: Data directory with the kernel spec that loads the extension (added to JUPYTER_PATH).
 SHARE_DIR = Path(__file__).resolve().parent / "share" / "jupyter"
@@ -78,7 +78,7 @@ class AccountSpawner(LocalProcessSpawner):
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "alchemist.hubapp.seed",
+                "alchemist.hub.embedded.seed",
                 self.examples_dir,
                 entry.pw_dir,
                 user=entry.pw_uid,

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from traitlets.config import Config
 
-from alchemist.hub import configure_kubespawner
+from alchemist.hub.kubernetes import configure_kubespawner
 from tests.helm.chart import find, render
 
 KUBECONFIG = """\
@@ -47,7 +47,7 @@ def chart_hub_config(helm: str, *sets: str) -> dict[str, Any]:
 
 
 def make_spawner(values: dict[str, Any], user: str = "alice", **traits: Any) -> Any:
-    """A KubeSpawner configured by ``alchemist.hub.configure_kubespawner``.
+    """A KubeSpawner configured by ``alchemist.hub.kubernetes.configure_kubespawner``.
 
     ``_mock=True`` is KubeSpawner's own test switch: it gives the spawner stand-in
     ``hub`` fields; the ``user`` is passed explicitly so names are realistic.

@@ -1,14 +1,16 @@
-"""``python -m alchemist.hubapp``: start the embedded hub, or manage its accounts.
+"""``alchemist-hub`` (or ``python -m alchemist.hub.embedded``): start the embedded hub, or
+manage its accounts.
 
 ::
 
-    python -m alchemist.hubapp [start] [JUPYTERHUB_ARGS...]
-    python -m alchemist.hubapp add-user NAME [--password-stdin]
-    python -m alchemist.hubapp reset-password NAME [--password-stdin]
+    alchemist-hub [start] [JUPYTERHUB_ARGS...]
+    alchemist-hub add-user NAME [--password-stdin]
+    alchemist-hub reset-password NAME [--password-stdin]
 
 ``start`` prepares the state directory, creates the admin account on the first start
 and prints its generated password (once: only a hash is stored), then replaces itself
-with ``jupyterhub -f hub/jupyterhub_config.py``. ``add-user`` and ``reset-password``
+with ``jupyterhub -f <the packaged jupyterhub_config.py>`` (or
+``$ALCHEMIST_HUB_CONFIG``). ``add-user`` and ``reset-password``
 print a generated password unless one is piped in; they work while the hub runs.
 """
 
@@ -20,9 +22,11 @@ import os
 import re
 import socket
 import sys
+from importlib import resources
 from pathlib import Path
 
-from alchemist.hubapp.accounts import (
+from alchemist.errors import HubConfigError
+from alchemist.hub.embedded.accounts import (
     check_account_name_free,
     closed_dirs,
     generate_password,
@@ -30,18 +34,29 @@ from alchemist.hubapp.accounts import (
     open_hub_db,
     set_password,
 )
-from alchemist.hubapp.settings import REPO_ROOT, USERNAME_PATTERN, HubConfigError, HubSettings
+from alchemist.hub.embedded.settings import USERNAME_PATTERN, HubSettings
 
 
 def config_file() -> Path:
-    """The JupyterHub config file: ``$ALCHEMIST_HUB_CONFIG`` or the repository's."""
-    path = Path(
-        os.environ.get("ALCHEMIST_HUB_CONFIG") or REPO_ROOT / "hub" / "jupyterhub_config.py"
-    )
+    """The JupyterHub config file the hub runs with.
+
+    Returns:
+        ``$ALCHEMIST_HUB_CONFIG`` when set, else the ``jupyterhub_config.py`` shipped in
+        this package (found through :mod:`importlib.resources`, so an installed wheel
+        and an editable checkout find it the same way).
+
+    Raises:
+        HubConfigError: the file does not exist.
+    """
+    configured = os.environ.get("ALCHEMIST_HUB_CONFIG")
+    if configured:
+        path = Path(configured)
+    else:
+        path = Path(str(resources.files("alchemist.hub.embedded").joinpath("jupyterhub_config.py")))
     if not path.is_file():
         raise HubConfigError(
-            f"no hub config at {path}: run from an Alchemist checkout"
-            " or set ALCHEMIST_HUB_CONFIG to hub/jupyterhub_config.py"
+            f"no hub config at {path}: unset ALCHEMIST_HUB_CONFIG to use the packaged one,"
+            " or point it at a jupyterhub_config.py"
         )
     return path.resolve()
 
@@ -65,7 +80,7 @@ def prepare(settings: HubSettings) -> None:
     """Check the setup and create the state directory.
 
     The admin account is created by the hub itself (see
-    :class:`~alchemist.hubapp.auth.AlchemistAuthenticator`), which prints its password.
+    :class:`~alchemist.hub.embedded.auth.AlchemistAuthenticator`), which prints its password.
 
     Raises:
         HubConfigError: something is missing or clashes; the message names the fix.
@@ -73,8 +88,9 @@ def prepare(settings: HubSettings) -> None:
     proxy = Path(settings.proxy_cmd)
     if not (proxy.is_file() and os.access(proxy, os.X_OK)):
         raise HubConfigError(
-            f"configurable-http-proxy not found at {proxy}: run scripts/setup.sh"
-            " (or bash scripts/setup.d/10-hub.sh), or set ALCHEMIST_HUB_PROXY_CMD"
+            f"configurable-http-proxy not found at {proxy}: in a checkout run scripts/setup.sh"
+            " (or bash scripts/setup.d/10-hub.sh); elsewhere install it with npm"
+            " (npm install -g configurable-http-proxy) or set ALCHEMIST_HUB_PROXY_CMD"
         )
     check_port_free(settings.ip, settings.port, "ALCHEMIST_HUB_PORT")
     check_port_free("127.0.0.1", settings.api_port, "ALCHEMIST_HUB_API_PORT")
@@ -150,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = HubSettings.from_env()
         if args and args[0] in ("add-user", "reset-password"):
-            parser = argparse.ArgumentParser(prog=f"python -m alchemist.hubapp {args[0]}")
+            parser = argparse.ArgumentParser(prog=f"alchemist-hub {args[0]}")
             parser.add_argument("name")
             parser.add_argument(
                 "--password-stdin", action="store_true", help="read the password from stdin"

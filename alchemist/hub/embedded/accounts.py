@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 
 import bcrypt
 
-from alchemist.hubapp.settings import ACCOUNT_MARKER, HubConfigError, HubSettings
+from alchemist.errors import HubConfigError
+from alchemist.hub.embedded.settings import ACCOUNT_MARKER, HubSettings
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -86,7 +87,7 @@ def admin_banner(admin: str, password: str) -> str:
         "\n"
         f"  Admin account created:  user {admin!r}  password {password}\n"
         "  This password is shown only this once and stored only as a hash.\n"
-        f"  Lost it? python -m alchemist.hubapp reset-password {admin}\n"
+        f"  Lost it? alchemist-hub reset-password {admin}\n"
         "  Other users sign up at /hub/signup; approve them at /hub/authorize.\n"
     )
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from alchemist.errors import AlchemistError
+from alchemist.errors import HubConfigError
 
 #: The extended resource NVIDIA's device plugin advertises.
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
@@ -27,10 +27,6 @@ GPU_TOLERATION: dict[str, str] = {
     "operator": "Exists",
     "effect": "NoSchedule",
 }
-
-
-class HubConfigError(AlchemistError, ValueError):
-    """The chart values given to the hub are invalid (the message names the key)."""
 
 
 _PROFILE_KEYS = frozenset(

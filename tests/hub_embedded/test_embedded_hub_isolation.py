@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.hub.hubproc import RunningHub, wait_until
+from tests.hub_embedded.hubproc import RunningHub, wait_until
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0,

@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from alchemist.hub.profiles import (
+from alchemist.hub.kubernetes.profiles import (
     DEFAULT_GPU_RESOURCE,
     DEFAULT_PROFILES,
     HubConfigError,

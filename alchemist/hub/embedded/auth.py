@@ -15,13 +15,13 @@ from nativeauthenticator import NativeAuthenticator
 from nativeauthenticator.orm import UserInfo
 from traitlets import Bool, Unicode
 
-from alchemist.hubapp.accounts import (
+from alchemist.errors import HubConfigError
+from alchemist.hub.embedded.accounts import (
     admin_banner,
     check_account_name_free,
     generate_password,
     set_password,
 )
-from alchemist.hubapp.settings import HubConfigError
 
 
 class AlchemistAuthenticator(NativeAuthenticator):
@@ -51,7 +51,7 @@ class AlchemistAuthenticator(NativeAuthenticator):
         super().__init__(**kwargs)
         # Created here, inside the hub and before it serves any page, so nobody can
         # sign up under the admin's name first, and both ways of starting the hub
-        # (python -m alchemist.hubapp, jupyterhub -f hub/jupyterhub_config.py) do it.
+        # (alchemist-hub start, jupyterhub -f on the packaged jupyterhub_config.py) do it.
         if self.create_admin and UserInfo.find(self.db, self.create_admin) is None:
             password = generate_password()
             set_password(self.db, self.create_admin, password)

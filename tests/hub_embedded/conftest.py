@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hub.hubproc import (
+from tests.hub_embedded.hubproc import (
     CHROMIUM,
     CHROMIUM_ARGS,
     PROXY,

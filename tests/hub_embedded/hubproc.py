@@ -1,4 +1,4 @@
-"""Start and stop a real embedded hub for the tests: ``python -m alchemist.hubapp`` with its own state.
+"""Start and stop a real embedded hub for the tests: ``python -m alchemist.hub.embedded`` with its own state.
 
 The hub runs exactly as the README's first command starts it (real JupyterHub, real
 configurable-http-proxy from ``.cache/node``, real single-user JupyterLab servers), on
@@ -25,9 +25,11 @@ import psutil
 import pytest
 import requests
 
-from alchemist.hubapp.accounts import is_hub_account, remove_system_account
-from alchemist.hubapp.settings import REPO_ROOT
+from alchemist.hub.embedded.accounts import is_hub_account, remove_system_account
 
+#: The checkout these tests run from (its .cache/node holds the proxy setup.d/10-hub.sh
+#: installs).
+REPO_ROOT = Path(__file__).resolve().parents[2]
 PROXY = REPO_ROOT / ".cache" / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -79,9 +81,9 @@ class RunningHub:
         return self.log.read_text(errors="replace")
 
     def manage(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        """Run ``python -m alchemist.hubapp ARGS`` against this hub's state."""
+        """Run ``python -m alchemist.hub.embedded ARGS`` against this hub's state."""
         return subprocess.run(
-            [sys.executable, "-m", "alchemist.hubapp", *args],
+            [sys.executable, "-m", "alchemist.hub.embedded", *args],
             env=self.env,
             input=stdin,
             capture_output=True,
@@ -128,7 +130,7 @@ def hub_env(hub_dir: Path, home_base: Path) -> dict[str, str]:
 def start_hub(
     hub_dir: Path, home_base: Path, env: dict[str, str], *, admin_password: str | None = None
 ) -> RunningHub:
-    """Start ``python -m alchemist.hubapp`` and wait until the hub answers.
+    """Start ``python -m alchemist.hub.embedded`` and wait until the hub answers.
 
     Args:
         admin_password: None on a first start (the printed password is read from the
@@ -137,7 +139,7 @@ def start_hub(
     log = hub_dir.parent / f"{hub_dir.name}-{env['ALCHEMIST_HUB_PORT']}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "alchemist.hubapp"],
+            [sys.executable, "-m", "alchemist.hub.embedded"],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -3,7 +3,7 @@ it from the chart's default values: golden files, validated strictly against the
 Kubernetes 1.33 schema. No API server is involved (``get_pod_manifest`` needs none).
 
 Regenerate the golden files after an intended change with
-``ALCHEMIST_REGENERATE_GOLDEN=1 pytest tests/hub_k8s`` and review the diff.
+``ALCHEMIST_REGENERATE_GOLDEN=1 pytest tests/hub_kubernetes`` and review the diff.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from alchemist.hub import HubConfigError, profile_from_values
-from tests.hub_k8s.spawning import chart_hub_config, make_spawner
+from alchemist.hub.kubernetes import HubConfigError, profile_from_values
+from tests.hub_kubernetes.spawning import chart_hub_config, make_spawner
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 PROFILES = {"cpu": 0, "gpu-1": 1, "gpu-4": 4, "gpu-8": 8}
@@ -144,7 +144,7 @@ def test_post_start_hook_copies_examples_without_overwriting_edits(
     it, with the image's examples folder moved to a temporary directory."""
     import subprocess
 
-    from alchemist.hub.spawner import EXAMPLES_DIR
+    from alchemist.hub.kubernetes.config import EXAMPLES_DIR
 
     pod = asyncio.run(pod_manifest(chart_hub_config(helm), "cpu"))
     (container,) = pod["spec"]["containers"]

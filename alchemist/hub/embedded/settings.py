@@ -1,7 +1,7 @@
 """Settings of the embedded hub, read from the environment.
 
-The entry point (``python -m alchemist.hubapp``) and ``hub/jupyterhub_config.py`` read
-the same variables, so a hub started either way behaves the same:
+The entry point (``alchemist-hub``, ``python -m alchemist.hub.embedded``) and the packaged
+``jupyterhub_config.py`` read the same variables, so a hub started either way behaves the same:
 
 =============================  ===========================================================
 variable                       meaning (default)
@@ -17,11 +17,12 @@ variable                       meaning (default)
                                ``auto``: ``accounts`` when root, else ``single`` (``auto``)
 ``ALCHEMIST_HUB_HOME_BASE``    where ``accounts`` mode makes homes (``/home``); in
                                ``single`` mode homes are ``<hub dir>/homes/<user>``
-``ALCHEMIST_HUB_NOTEBOOKS``    example notebooks copied into each new home
-                               (the repository's ``notebooks/``)
-``ALCHEMIST_HUB_PROXY_CMD``    the configurable-http-proxy program
-                               (``.cache/node/node_modules/.bin/configurable-http-proxy``
-                               of the repository, else the one on ``PATH``)
+``ALCHEMIST_HUB_NOTEBOOKS``    example notebooks copied into each new home (the ones
+                               the wheel ships in ``alchemist/notebooks``; in a checkout,
+                               its ``notebooks/``)
+``ALCHEMIST_HUB_PROXY_CMD``    the configurable-http-proxy program (the one on ``PATH``;
+                               in a checkout, first its
+                               ``.cache/node/node_modules/.bin/configurable-http-proxy``)
 =============================  ===========================================================
 """
 
@@ -32,15 +33,26 @@ import re
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from alchemist.errors import AlchemistError
+from alchemist.errors import HubConfigError
 
 Isolation = Literal["accounts", "single"]
 
-#: The repository root when Alchemist is installed editable (where hub/ and notebooks/ live).
-REPO_ROOT = Path(__file__).resolve().parents[2]
+
+#: Development fallback only: the checkout this module runs from when Alchemist is
+#: installed editable (``pyproject.toml`` at its top), else None. An installed wheel
+#: finds everything as package data or on ``PATH``; only a checkout, where the example
+#: notebooks and the proxy that scripts/setup.d/10-hub.sh installs sit beside the
+#: package, looks here.
+def _checkout_root() -> Path | None:
+    root = Path(__file__).resolve().parents[3]
+    return root if (root / "pyproject.toml").is_file() else None
+
+
+CHECKOUT_ROOT = _checkout_root()
 
 #: GECOS comment of the system accounts the hub creates; the hub only ever runs servers
 #: as accounts that carry it, never as a pre-existing account such as ``root``.
@@ -48,10 +60,6 @@ ACCOUNT_MARKER = "alchemist hub user"
 
 #: Hub user names that are also valid, portable Unix login names (useradd's rules).
 USERNAME_PATTERN = r"^[a-z][a-z0-9_-]{0,30}$"
-
-
-class HubConfigError(AlchemistError):
-    """A hub setting is invalid (the message names the variable and the fix)."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +116,7 @@ class HubSettings:
             admin=admin,
             isolation=isolation,
             home_base=Path(env.get("ALCHEMIST_HUB_HOME_BASE") or "/home").resolve(),
-            notebooks=Path(env.get("ALCHEMIST_HUB_NOTEBOOKS") or REPO_ROOT / "notebooks"),
+            notebooks=Path(env.get("ALCHEMIST_HUB_NOTEBOOKS") or default_notebooks()),
             proxy_cmd=env.get("ALCHEMIST_HUB_PROXY_CMD") or _default_proxy_cmd(),
         )
 
@@ -158,8 +166,26 @@ def _port(env: Mapping[str, str], name: str, default: int) -> int:
     return port
 
 
+def default_notebooks() -> Path:
+    """The example notebooks a new home gets when ``ALCHEMIST_HUB_NOTEBOOKS`` is unset.
+
+    Returns:
+        The wheel's packaged ``alchemist/notebooks``; in an editable checkout (which has
+        no packaged copy) the checkout's ``notebooks/``. The path may not exist (a wheel
+        built without them): the hub then seeds no examples.
+    """
+    packaged = Path(str(resources.files("alchemist").joinpath("notebooks")))
+    if packaged.is_dir() or CHECKOUT_ROOT is None:
+        return packaged
+    return CHECKOUT_ROOT / "notebooks"  # development fallback
+
+
 def _default_proxy_cmd() -> str:
-    local = REPO_ROOT / ".cache" / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
+    on_path = shutil.which("configurable-http-proxy")
+    if CHECKOUT_ROOT is None:
+        return on_path or "configurable-http-proxy"
+    # Development fallback: the proxy scripts/setup.d/10-hub.sh installs in the checkout.
+    local = CHECKOUT_ROOT / ".cache" / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
     if local.exists():
         return str(local)
-    return shutil.which("configurable-http-proxy") or str(local)
+    return on_path or str(local)

@@ -1,7 +1,7 @@
 """The chart's hub configuration boots a real JupyterHub.
 
 A real ``jupyterhub`` process runs the chart's rendered ``jupyterhub_config.py`` (which
-calls ``alchemist.hub.configure_from_file`` on the rendered hub config), with a real
+calls ``alchemist.hub.kubernetes.configure_from_file`` on the rendered hub config), with a real
 configurable-http-proxy (npm) running apart as the chart's proxy Deployment does. Only
 the addresses are changed to 127.0.0.1 and free ports, and the database to SQLite in
 memory. KubeSpawner is configured but spawns nothing here (no API server can run on

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from alchemist.store import JobStore
-from tests.hub.hubproc import RunningHub, wait_until
+from tests.hub_embedded.hubproc import RunningHub, wait_until
 
 pytestmark = pytest.mark.browser
 

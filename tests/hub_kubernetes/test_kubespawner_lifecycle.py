@@ -1,4 +1,4 @@
-"""KubeSpawner start / poll / stop of a notebook configured by ``alchemist.hub``.
+"""KubeSpawner start / poll / stop of a notebook configured by ``alchemist.hub.kubernetes``.
 
 STAND-IN, NOT KUBERNETES. No Kubernetes API server can run on this project's machines
 (ENVIRONMENT.md), so KubeSpawner (through kubernetes-asyncio, its real client) talks to
@@ -32,7 +32,7 @@ import pytest
 from aiohttp import web
 from kmock._internal import enums
 
-from tests.hub_k8s.spawning import chart_hub_config, make_spawner
+from tests.hub_kubernetes.spawning import chart_hub_config, make_spawner
 
 NAMESPACE = "alchemist"
 POD = "jupyter-alice"
@@ -206,7 +206,7 @@ def test_pod_created_through_the_api_is_the_golden_manifest(
     """start() sends exactly what get_pod_manifest() built (the golden files)."""
     import yaml
 
-    from tests.hub_k8s.test_profile_manifests import GOLDEN, normalize
+    from tests.hub_kubernetes.test_profile_manifests import GOLDEN, normalize
 
     values = chart_hub_config(helm)
 

@@ -1,4 +1,4 @@
-"""The embedded hub's JupyterHub configuration, applied by ``hub/jupyterhub_config.py``."""
+"""The embedded hub's JupyterHub configuration, applied by the packaged ``jupyterhub_config.py``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from alchemist.hubapp.settings import USERNAME_PATTERN, HubSettings
+from alchemist.hub.embedded.settings import USERNAME_PATTERN, HubSettings
 
 
 def configure(c: Any, settings: HubSettings | None = None) -> HubSettings:
@@ -43,7 +43,7 @@ def configure(c: Any, settings: HubSettings | None = None) -> HubSettings:
     # for an admin's approval. allow_all admits whoever NativeAuthenticator
     # authenticated, i.e. approved users with the right password (JupyterHub >= 5
     # otherwise admits nobody but admins).
-    c.JupyterHub.authenticator_class = "alchemist.hubapp.auth.AlchemistAuthenticator"
+    c.JupyterHub.authenticator_class = "alchemist.hub.embedded.auth.AlchemistAuthenticator"
     c.JupyterHub.template_paths = [str(Path(__file__).resolve().parent / "templates")]
     c.Authenticator.admin_users = {s.admin}
     c.AlchemistAuthenticator.create_admin = s.admin
@@ -64,11 +64,11 @@ def configure(c: Any, settings: HubSettings | None = None) -> HubSettings:
     c.Spawner.http_timeout = 120
     examples = str(s.notebooks) if s.notebooks.is_dir() else ""
     if s.isolation == "accounts":
-        c.JupyterHub.spawner_class = "alchemist.hubapp.spawner.AccountSpawner"
+        c.JupyterHub.spawner_class = "alchemist.hub.embedded.spawner.AccountSpawner"
         c.AccountSpawner.home_base = str(s.home_base)
         c.AccountSpawner.examples_dir = examples
     else:
-        c.JupyterHub.spawner_class = "alchemist.hubapp.spawner.SingleAccountSpawner"
+        c.JupyterHub.spawner_class = "alchemist.hub.embedded.spawner.SingleAccountSpawner"
         c.SingleAccountSpawner.home_dir_template = str(s.hub_dir / "homes" / "{username}")
         c.SingleAccountSpawner.examples_dir = examples
         if os.geteuid() == 0:

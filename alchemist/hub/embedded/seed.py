@@ -1,7 +1,7 @@
 """Copy the example notebooks into a user's home, once.
 
 Run by the spawner before each start. In ``accounts`` isolation it runs as the user
-(``python -m alchemist.hubapp.seed SRC HOME`` started with the user's uid), so it can
+(``python -m alchemist.hub.embedded.seed SRC HOME`` started with the user's uid), so it can
 only write what the user could write: a root process writing into a directory the user
 controls could be sent elsewhere by a symlink.
 """
@@ -56,7 +56,7 @@ def _ignored(rel: Path) -> bool:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        print("usage: python -m alchemist.hubapp.seed SOURCE HOME", file=sys.stderr)
+        print("usage: python -m alchemist.hub.embedded.seed SOURCE HOME", file=sys.stderr)
         return 2
     seed_home(Path(args[1]), Path(args[0]))
     return 0

@@ -167,7 +167,7 @@ class JobSpec:
         for out in self.outputs:
             if not isinstance(out, str) or not out.isidentifier() or keyword.iskeyword(out):
                 raise SpecError(
-                    f"output {out!r} is not a name a cell can assign (a Python identifier,"
+                    f"output {out!r} is not a Python variable name (an identifier that is"
                     " not a keyword such as None or class)"
                 )
         if self.global_batch is not None and self.global_batch < self.world_size:

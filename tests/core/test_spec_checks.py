@@ -19,7 +19,7 @@ def test_env_may_not_override_what_the_runtime_sets(key: str) -> None:
 
 @pytest.mark.parametrize("name", ["None", "class", "1x", "a-b", ""])
 def test_outputs_must_be_names_a_cell_can_assign(name: str) -> None:
-    with pytest.raises(SpecError, match="not a name a cell can assign"):
+    with pytest.raises(SpecError, match="is not a Python variable name"):
         client.submit("pass", namespace={}, outputs=[name], dry_run=True)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import copy
+import dataclasses
 import json
 import time
 from collections.abc import Iterator
@@ -169,27 +170,10 @@ class KubernetesBackend(KubernetesConfig, Backend, metaclass=_Meta):
 
     def settings(self) -> mf.Settings:
         """A snapshot of the configuration the manifests depend on."""
-        return mf.Settings(
-            namespace=self.namespace,
-            image=self.image,
-            pvc=self.pvc,
-            mount_path=self.mount_path,
-            sub_path=self.sub_path,
-            image_pull_policy=self.image_pull_policy,
-            gpu_resource=self.gpu_resource,
-            node_selector=dict(self.node_selector),
-            tolerations=[dict(t) for t in self.tolerations],
-            queue=self.queue,
-            service_account=self.service_account,
-            cpu=self.cpu,
-            memory=self.memory,
-            priority_class=self.priority_class,
-            ttl=self.ttl,
-            shm_size=self.shm_size,
-            run_as_user=self.run_as_user,
-            run_as_group=self.run_as_group,
-            master_port=self.master_port,
-        )
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(mf.Settings)}
+        values["node_selector"] = dict(self.node_selector)
+        values["tolerations"] = [dict(t) for t in self.tolerations]
+        return mf.Settings(**values)
 
     def _where(self, req: JobRequest) -> tuple[str, str]:
         """(namespace, Job name) of a job: as recorded at submission, else as it would be now."""

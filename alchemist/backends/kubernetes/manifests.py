@@ -51,6 +51,12 @@ VOLUME_HOME = "alchemist-home"
 VOLUME_SHM = "dshm"
 
 
+def _default(name: str) -> Any:
+    from alchemist.backends.kubernetes.config import KubernetesConfig
+
+    return KubernetesConfig.class_traits()[name].default_value
+
+
 @dataclass(frozen=True)
 class Settings:
     """The cluster-side settings a manifest depends on (a snapshot of the config)."""
@@ -59,21 +65,22 @@ class Settings:
     image: str
     pvc: str
     mount_path: str
-    sub_path: str = ""
-    image_pull_policy: str = ""
-    gpu_resource: str = "nvidia.com/gpu"
+    # The defaults are the settings' own (one declaration: KubernetesConfig).
+    sub_path: str = _default("sub_path")
+    image_pull_policy: str = _default("image_pull_policy")
+    gpu_resource: str = _default("gpu_resource")
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: list[dict[str, Any]] = field(default_factory=list)
-    queue: str = ""
-    service_account: str = ""
-    cpu: str = ""
-    memory: str = ""
-    priority_class: str = ""
-    ttl: int = 3600
-    shm_size: str = ""
-    run_as_user: int | None = None
-    run_as_group: int | None = None
-    master_port: int = 29500
+    queue: str = _default("queue")
+    service_account: str = _default("service_account")
+    cpu: str = _default("cpu")
+    memory: str = _default("memory")
+    priority_class: str = _default("priority_class")
+    ttl: int = _default("ttl")
+    shm_size: str = _default("shm_size")
+    run_as_user: int | None = _default("run_as_user")
+    run_as_group: int | None = _default("run_as_group")
+    master_port: int = _default("master_port")
 
 
 def selector_labels(job_id: str) -> dict[str, str]:

@@ -141,12 +141,17 @@ class Queue:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[list[Ticket]]:
-        with open(self.root / LOCK_FILE, "a+b") as lock:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        # Read-only is enough for flock, and every user of the machine can open the
+        # lock read-only, whoever created it (a file of another user's, mode 0644).
+        fd = os.open(self.root / LOCK_FILE, os.O_RDONLY | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
             try:
                 yield self._load()
             finally:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
 
     def _path(self, job_id: str) -> Path:
         return self.root / f"{job_id}.json"

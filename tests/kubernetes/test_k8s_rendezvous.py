@@ -72,40 +72,52 @@ def write_job(home: Path, job_id: str, spec: JobSpec, source: str) -> JobRequest
     return JobRequest(job_id, "alice", spec, jd)
 
 
-def test_pods_form_the_whole_world(alchemist_home: Path) -> None:
-    """Each generated pod, run as a process, joins one world of `workers` ranks; all succeed."""
-    spec = JobSpec(name="rdzv", workers=2, backend="kubernetes")
-    req = write_job(alchemist_home, "jrdzv000001", spec, ALL_REDUCE_CELL)
+def run_pods(
+    req: JobRequest, home: Path, check: Callable[[int, list[str]], None], timeout: float = 180
+) -> None:
+    """Run every pod of the job's generated Indexed Job as a local process (what the Job
+    controller does with the template for each completion index); ``check(index,
+    argv)`` looks at each pod's command first. Every pod must exit 0."""
     backend = KubernetesBackend(
         config=Config(),
         namespace="default",
         image="unused",
         pvc="home",
-        mount_path=str(alchemist_home),
+        mount_path=str(home),
         master_port=free_port(),
     )
     job = backend.dryrun(req).request["manifests"][0]
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        for index in range(spec.workers):
-            # what the Job controller does with the template for completion index i
+        for index in range(req.spec.workers):
             pod = copy.deepcopy(job["spec"]["template"])
             pod["metadata"]["annotations"][COMPLETION_INDEX] = str(index)
             argv, env, cwd = pod_process(pod)
-            assert f"--node-rank={index}" in argv and "--master-addr=127.0.0.1" in argv
             assert env["JOB_COMPLETION_INDEX"] == str(index)
+            check(index, argv)
             procs.append(
                 subprocess.Popen(
                     argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
                 )
             )
-        outputs = [p.communicate(timeout=180)[0].decode(errors="replace") for p in procs]
+        outputs = [p.communicate(timeout=timeout)[0].decode(errors="replace") for p in procs]
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    assert [p.returncode for p in procs] == [0, 0], outputs
+    assert [p.returncode for p in procs] == [0] * req.spec.workers, outputs
+
+
+def test_pods_form_the_whole_world(alchemist_home: Path) -> None:
+    """Each generated pod, run as a process, joins one world of `workers` ranks; all succeed."""
+    spec = JobSpec(name="rdzv", workers=2, backend="kubernetes")
+    req = write_job(alchemist_home, "jrdzv000001", spec, ALL_REDUCE_CELL)
+
+    def check(index: int, argv: list[str]) -> None:
+        assert f"--node-rank={index}" in argv and "--master-addr=127.0.0.1" in argv
+
+    run_pods(req, alchemist_home, check)
     for rank in range(2):
         log = req.job_dir.rank_log(rank).read_text()
         assert f"rank={rank} world=2 sum=3" in log, log
@@ -213,35 +225,12 @@ def test_horovod_pods_train_through_horovods_own_rendezvous(alchemist_home: Path
     pytest.importorskip("horovod.torch")
     spec = JobSpec(name="hvd", workers=2, backend="kubernetes", algorithm="horovod")
     req = write_job(alchemist_home, "jhvd0000001", spec, HOROVOD_CELL)
-    backend = KubernetesBackend(
-        config=Config(),
-        namespace="default",
-        image="unused",
-        pvc="home",
-        mount_path=str(alchemist_home),
-        master_port=free_port(),
-    )
-    job = backend.dryrun(req).request["manifests"][0]
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        for index in range(spec.workers):
-            pod = copy.deepcopy(job["spec"]["template"])
-            pod["metadata"]["annotations"][COMPLETION_INDEX] = str(index)
-            argv, env, cwd = pod_process(pod)
-            assert argv[1:3] == ["-m", "alchemist.backends.horovod_pod"]
-            assert f"--index={index}" in argv and "--addr=127.0.0.1" in argv
-            procs.append(
-                subprocess.Popen(
-                    argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-                )
-            )
-        outputs = [p.communicate(timeout=240)[0].decode(errors="replace") for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    assert [p.returncode for p in procs] == [0, 0], outputs
+
+    def check(index: int, argv: list[str]) -> None:
+        assert argv[1:3] == ["-m", "alchemist.backends.horovod_pod"]
+        assert f"--index={index}" in argv and "--addr=127.0.0.1" in argv
+
+    run_pods(req, alchemist_home, check, timeout=240)
     for rank in range(2):
         log = req.job_dir.rank_log(rank).read_text()
         assert f"horovod rank={rank} size=2 sum=3" in log, log

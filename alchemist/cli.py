@@ -87,6 +87,8 @@ def _run(args: argparse.Namespace) -> int:
             print(result.text)
             return 0
         job = result
+        for warning in job.warnings:
+            print(f"alchemist: warning: {warning}", file=sys.stderr)
         print(f"job {job.id} ({job.name}) submitted", file=sys.stderr)
         if args.detach:
             print(job.id)

@@ -75,6 +75,8 @@ class Job:
 
     def __init__(self, record: JobRecord) -> None:
         self._record = record
+        #: what the backend said it ignores of the spec, when this handle submitted it
+        self.warnings: list[str] = []
 
     # -- identity ------------------------------------------------------------------------
     @property
@@ -366,7 +368,9 @@ def submit(
     except Exception as e:
         store.update(job_id, state=JobState.FAILED.value, reason=str(e), finished=time.time())
         raise BackendError(f"backend {spec.backend!r} could not start the job: {e}") from e
-    return Job(record)
+    job = Job(record)
+    job.warnings = list(info.warnings)
+    return job
 
 
 def _safe_name(stem: str) -> str:

@@ -104,6 +104,8 @@ class AlchemistMagics(Magics):
             print(result.text)
             return None
         job: client.Job = result
+        for warning in job.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
         if args.detach:
             print(
                 f"job {job.id} ({job.name}) submitted; follow it with %alchemist_attach {job.id},"

@@ -40,15 +40,24 @@ class DryRunInfo:
         request: backend-specific, JSON-serialisable: ``{"argv", "env", "cwd"}`` for
             local processes, ``{"manifests": [...]}`` for Kubernetes.
         text: the same, formatted for people (shell command or YAML).
+        warnings: one line each: what of the spec this backend ignores (shown with the
+            dry run and when the job is submitted).
     """
 
     backend: str
     request: dict[str, Any]
     text: str
     extra: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "request": self.request, "text": self.text, **self.extra}
+        return {
+            "backend": self.backend,
+            "request": self.request,
+            "text": self.text,
+            "warnings": list(self.warnings),
+            **self.extra,
+        }
 
     def __str__(self) -> str:
         return self.text

@@ -356,7 +356,9 @@ def _submit(path: Path, options: dict[str, Any], dry_run: bool) -> dict[str, Any
     if dry_run:
         data: dict[str, Any] = result.to_dict()
         return data
-    return _describe(result)
+    described = _describe(result)
+    described["warnings"] = list(result.warnings)
+    return described
 
 
 def _tensorboard(job_id: str) -> Any:

@@ -26,3 +26,17 @@ def test_outputs_must_be_names_a_cell_can_assign(name: str) -> None:
 def test_ordinary_env_and_outputs_pass() -> None:
     dry = client.submit("x = 1", namespace={}, env={"SEED": "7"}, outputs=["x"], dry_run=True)
     assert dry.spec.env == {"SEED": "7"} and dry.spec.outputs == ["x"]
+
+
+def test_the_local_backend_says_which_options_it_ignores(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    dry = client.submit("x = 1", namespace={}, image="img:1", memory="8Gi", dry_run=True)
+    assert "# warning: the local backend ignores --image, --memory" in dry.text
+    job = client.submit("x = 1", namespace={}, workers=1, cpu="4")
+    assert job.warnings == [
+        "the local backend ignores --cpu (they size Kubernetes pods): its jobs run in this"
+        " environment, on this machine's cores and memory"
+    ]
+    assert job.wait(timeout=120).state.value == "succeeded"
+    assert client.submit("x = 1", namespace={}, dry_run=True).info.warnings == []

@@ -135,7 +135,26 @@ class LocalBackend(Backend):
             + f" {req.spec.workers * req.spec.resources.gpus} of {capacity.gpus} GPUs"
             + " (it waits, queued, until they are free)"
         )
-        return DryRunInfo(backend=self.name, request=request, text=text)
+        spec = req.spec
+        ignored = [
+            flag
+            for flag, value in (
+                ("--image", spec.image),
+                ("--cpu", spec.resources.cpu),
+                ("--memory", spec.resources.memory),
+            )
+            if value
+        ]
+        warnings = (
+            [
+                f"the local backend ignores {', '.join(ignored)} (they size Kubernetes pods):"
+                " its jobs run in this environment, on this machine's cores and memory"
+            ]
+            if ignored
+            else []
+        )
+        text += "".join(f"\n# warning: {w}" for w in warnings)
+        return DryRunInfo(backend=self.name, request=request, text=text, warnings=warnings)
 
     def _schedule(self, req: JobRequest, info: DryRunInfo) -> None:
         jd = req.job_dir

@@ -30,7 +30,13 @@ def _smoke(name: str, timeout: float = 240) -> str:
 
 
 def test_every_benchmark_has_a_smoke_test() -> None:
-    tested = {"launch_overhead.py", "metrics_latency.py", "algorithms.py", "reliability.py"}
+    tested = {
+        "launch_overhead.py",
+        "metrics_latency.py",
+        "algorithms.py",
+        "reliability.py",
+        "queue_makespan.py",
+    }
     assert {p.name for p in BENCHMARKS.glob("*.py")} == tested
 
 
@@ -69,3 +75,9 @@ def test_reliability_smoke_counts_both_arms() -> None:
     assert alchemist[1:] == ["2", "0", "0"], out
     assert plain[2] == "2" and plain[4] == "0", out
     assert "finished work reported failed: alchemist 0 of 2" in out
+
+
+def test_queue_makespan_smoke_runs_both_arms() -> None:
+    out = _smoke("queue_makespan.py")
+    assert "not succeeded: queued 0, all at once 0" in out, out
+    assert "ratio queued / all at once:" in out

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -313,23 +314,31 @@ def submit(
     from alchemist.config import max_value_bytes
 
     limit = max_value_bytes()
+    source, ns, cwd, function = "", None, None, None
     if callable(code) and not isinstance(code, (str, Path)):
         options.setdefault("outputs", ["result"])
         options.setdefault("name", getattr(code, "__name__", "job").strip("<>") or "job")
-        spec = make_spec(entry="function", **options)
-        bundle = build_bundle("", None, entry="function", function=code, max_value_bytes=limit)
+        entry, function = "function", code
     elif isinstance(code, Path):
         source, entry = source_of(code)
         options.setdefault("name", _safe_name(code.stem))
-        spec = make_spec(entry=entry, **options)
-        cwd = str(code.resolve().parent)
-        bundle = build_bundle(source, {}, entry=entry, max_value_bytes=limit, cwd=cwd)
+        ns, cwd = {}, str(code.resolve().parent)
     else:
-        spec = make_spec(entry="cell", **options)
+        entry, source = "cell", str(code)
         ns = namespace if namespace is not None else _default_namespace()
-        bundle = build_bundle(str(code), ns, entry="cell", max_value_bytes=limit)
-
+    spec = make_spec(entry=entry, **options)
     backend = get_backend(spec.backend)
+    bundle = build_bundle(
+        source,
+        ns,
+        entry=entry,
+        function=function,
+        max_value_bytes=limit,
+        cwd=cwd,
+        ship_data=backend.ships_files,  # pods do not see the notebook's folder
+        include=spec.include,
+        exclude=spec.exclude,
+    )
     job_id = new_job_id()
     job_dir = JobDir(config.jobs_root() / job_id)
     owner = config.current_user()
@@ -341,7 +350,11 @@ def submit(
     job_dir.create()
     os.chmod(job_dir.root, 0o700)  # a user's job files are theirs alone
     atomic_write_json(job_dir.spec, spec.to_dict())
-    write_bundle(bundle, job_dir.bundle)
+    try:
+        write_bundle(bundle, job_dir.bundle)
+    except BaseException:
+        shutil.rmtree(job_dir.root, ignore_errors=True)  # not a job: nothing was submitted
+        raise
     record = JobRecord(
         id=job_id,
         owner=owner,

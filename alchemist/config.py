@@ -4,7 +4,9 @@
 directories. On Kubernetes it is the shared volume, mounted at the same path in the
 notebook pod and in every worker pod. ``ALCHEMIST_DB_URL`` selects another SQLAlchemy
 database (PostgreSQL in production). ``ALCHEMIST_MAX_VALUE_BYTES`` bounds the size of a
-notebook value shipped with a cell (default 100 MB).
+notebook value shipped with a cell (default 100 MB); ``ALCHEMIST_MAX_DATA_BYTES`` the
+files of the notebook's folder shipped to workers that cannot see it, Kubernetes pods
+(default 100 MB, see :mod:`alchemist.bundle.datafiles`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 from pathlib import Path
 
 DEFAULT_MAX_VALUE_BYTES = 100 * 1024 * 1024
+DEFAULT_MAX_DATA_BYTES = 100 * 1024 * 1024
 
 
 def home() -> Path:
@@ -45,3 +48,8 @@ def current_user() -> str:
 def max_value_bytes() -> int:
     raw = os.environ.get("ALCHEMIST_MAX_VALUE_BYTES")
     return int(raw) if raw else DEFAULT_MAX_VALUE_BYTES
+
+
+def max_data_bytes() -> int:
+    raw = os.environ.get("ALCHEMIST_MAX_DATA_BYTES")
+    return int(raw) if raw else DEFAULT_MAX_DATA_BYTES

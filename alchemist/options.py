@@ -39,7 +39,7 @@ _EVERYWHERE = frozenset(ENTRY_POINTS)
 #: - ``int``, ``float``, ``str``: one value (JSON: a number or a string);
 #: - ``kv``: ``KEY=VALUE`` pairs, a repeatable flag (JSON: an object of strings);
 #: - ``kv_typed``: like ``kv``, with numbers and booleans read as such (:func:`coerce`);
-#: - ``names``: a comma-separated list of Python names (JSON: a list of strings).
+#: - ``names``: a comma-separated list (Python names, file patterns; JSON: a list of strings).
 TYPES = ("int", "float", "str", "kv", "kv_typed", "names")
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
@@ -208,6 +208,24 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
         flags=("--memory",),
         label="Memory / worker",
         resource="memory",
+    ),
+    JobOption(
+        name="include",
+        type="names",
+        default=None,
+        help="only these files of the notebook's folder travel to Kubernetes pods"
+        " (.gitignore patterns, e.g. data/*.csv; default: all but .alchemistignore's)",
+        flags=("--include",),
+        label="Ship only",
+    ),
+    JobOption(
+        name="exclude",
+        type="names",
+        default=None,
+        help="files of the notebook's folder that never travel to Kubernetes pods"
+        " (.gitignore patterns, e.g. checkpoints/)",
+        flags=("--exclude",),
+        label="Never ship",
     ),
     JobOption(
         name="outputs",

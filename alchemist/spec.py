@@ -102,6 +102,9 @@ class JobSpec:
         global_batch: if set, the per-worker batch is ``global_batch / world_size`` (a
             multiple of the world size, so the job trains exactly this batch).
         image: container image (Kubernetes); None = the backend's default.
+        include: for workers that cannot see the notebook's folder (Kubernetes), only its
+            files matching these ``.gitignore``-style patterns travel (all when empty).
+        exclude: files of the notebook's folder that never travel to such workers.
 
     What a user may set, and from where, is the table in :mod:`alchemist.options`.
         entry: what the workers run: ``cell`` (a bundled notebook cell), ``script``
@@ -120,6 +123,8 @@ class JobSpec:
     outputs: list[str] = field(default_factory=list)
     global_batch: int | None = None
     image: str | None = None
+    include: list[str] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)
     entry: str = "cell"
 
     @property
@@ -182,6 +187,10 @@ class JobSpec:
                 f" {self.world_size} (every worker takes the same share):"
                 f" use {lower} or {lower + self.world_size}"
             )
+        from alchemist.bundle.datafiles import compile_patterns
+
+        compile_patterns(self.include, "--include")
+        compile_patterns(self.exclude, "--exclude")
         if self.entry not in ("cell", "script", "function"):
             raise SpecError(f"entry must be cell, script or function, got {self.entry!r}")
         return self

@@ -95,6 +95,10 @@ class Backend(abc.ABC):
     name: str = ""
     #: the algorithms this backend runs; :meth:`dryrun` refuses the others in one line
     algorithms: frozenset[str] = frozenset(ALGORITHMS)
+    #: the workers cannot see the notebook's folder (pods on their own storage): its
+    #: files travel in the bundle and the workers start in that copy
+    #: (:mod:`alchemist.bundle.datafiles`); False: they run in the folder itself
+    ships_files: bool = False
 
     def dryrun(self, req: JobRequest) -> DryRunInfo:
         """Return the exact request that :meth:`submit` would make. Submits nothing.

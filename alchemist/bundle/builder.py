@@ -6,13 +6,17 @@ import hashlib
 import inspect
 import os
 import types
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
 from alchemist.bundle.freenames import free_names
 from alchemist.errors import BundleError
+
+if TYPE_CHECKING:
+    from alchemist.bundle.datafiles import DataFiles
 
 #: Names IPython puts in the user namespace that a cell never means to ship.
 _IPYTHON_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "_", "__", "___", "_ih", "_oh", "_dh"}
@@ -44,6 +48,8 @@ class Bundle:
         cwd: the notebook's working directory (workers start there when it exists).
         files: the user's own modules that travel, relative path → contents
             (:mod:`alchemist.bundle.workspace`).
+        data: the notebook folder's files that travel, for a backend whose workers
+            cannot see that folder (:mod:`alchemist.bundle.datafiles`); None: none travel.
     """
 
     source: str
@@ -53,6 +59,7 @@ class Bundle:
     payload: bytes
     cwd: str = field(default_factory=os.getcwd)
     files: dict[str, bytes] = field(default_factory=dict)
+    data: DataFiles | None = None
 
     @property
     def digest(self) -> str:
@@ -64,26 +71,40 @@ class Bundle:
         h.update(self.payload)
         for rel in sorted(self.files):
             h.update(rel.encode() + b"\0" + hashlib.sha256(self.files[rel]).digest())
+        if self.data is not None:  # by name, size and time: data may be big to hash
+            for rel in sorted(self.data.sizes):
+                h.update(f"{rel}\0{self.data.sizes[rel]}\0{self.data.stamps[rel]};".encode())
         return h.hexdigest()
 
     def describe(self) -> str:
         """The bundle's contents, one line each, for ``--dry-run``."""
         lines = [f"bundle sha256:{self.digest[:16]}  entry={self.entry}  cwd={self.cwd}"]
         for item in self.items:
-            size = f"  {_human(item.size)}" if item.kind not in ("module",) else ""
+            size = f"  {human_size(item.size)}" if item.kind not in ("module",) else ""
             lines.append(f"  {item.kind:<8} {item.name:<20} {item.detail}{size}")
         if not self.items:
             lines.append("  (the cell uses nothing from the notebook)")
         if self.files:
             total = sum(len(b) for b in self.files.values())
             lines.append(
-                f"  files    {len(self.files)} of the notebook's own code, {_human(total)}:"
+                f"  files    {len(self.files)} of the notebook's own code, {human_size(total)}:"
                 f" {', '.join(sorted(self.files)[:8])}" + (" ..." if len(self.files) > 8 else "")
+            )
+        if self.data is not None:
+            names = sorted(self.data.sizes)
+            lines.append(
+                f"  data     {len(names)} files of {self.data.root}, {human_size(self.data.total)}"
+                " (the workers start in a copy of it)"
+                + (
+                    f": {', '.join(names[:8])}" + (" ..." if len(names) > 8 else "")
+                    if names
+                    else ""
+                )
             )
         return "\n".join(lines)
 
 
-def _human(n: float) -> str:
+def human_size(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -142,6 +163,10 @@ def build_bundle(
     max_value_bytes: int,
     function: Any = None,
     cwd: str | None = None,
+    ship_data: bool = False,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    max_data_bytes: int | None = None,
 ) -> Bundle:
     """Decide what of ``namespace`` the ``source`` needs, and pack it.
 
@@ -153,11 +178,15 @@ def build_bundle(
             notebook's own modules together.
         function: the callable of a function job.
         cwd: the notebook's (or script's) folder; default: the current directory.
+        ship_data: the workers cannot see ``cwd`` (Kubernetes pods): its files travel
+            too, chosen by ``include``/``exclude`` and ``.alchemistignore``, at most
+            ``max_data_bytes`` together (default ``ALCHEMIST_MAX_DATA_BYTES``).
 
     Raises:
         BundleError: syntax error, IPython syntax in a cell, a value that cannot be
             pickled or is over the limit (naming the variable and the fix), or the
-            notebook's own modules over the limit.
+            notebook's own modules over the limit, or its folder's files over theirs.
+        SpecError: an invalid ``include`` or ``exclude`` pattern.
     """
     from alchemist.bundle.workspace import (
         imported_top_levels,
@@ -196,7 +225,7 @@ def build_bundle(
             ) from None
         if len(blob) > max_value_bytes:
             raise BundleError(
-                f"variable {name!r} is {_human(len(blob))}, over the {_human(max_value_bytes)}"
+                f"variable {name!r} is {human_size(len(blob))}, over the {human_size(max_value_bytes)}"
                 " limit for values shipped with a cell: load it inside the cell (e.g. from a"
                 " file on shared storage) or raise ALCHEMIST_MAX_VALUE_BYTES (nothing was"
                 " submitted)"
@@ -208,6 +237,18 @@ def build_bundle(
         values.values(), (module for _alias, module in imports)
     )
     files, _origins = workspace_files(needed, cwd, max_bytes=max_value_bytes)
+    data = None
+    if ship_data:
+        from alchemist import config
+        from alchemist.bundle.datafiles import select_data_files
+
+        data = select_data_files(
+            cwd,
+            include=include,
+            exclude=exclude,
+            max_bytes=max_data_bytes if max_data_bytes is not None else config.max_data_bytes(),
+            skip=[str(config.home())],
+        )
     return Bundle(
         source=source,
         entry=entry,
@@ -216,6 +257,7 @@ def build_bundle(
         payload=payload,
         cwd=cwd,
         files=files,
+        data=data,
     )
 
 

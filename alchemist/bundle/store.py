@@ -8,6 +8,7 @@ import importlib
 import inspect
 import json
 import os
+import shutil
 import sys
 import types
 from pathlib import Path
@@ -27,6 +28,8 @@ def write_bundle(bundle: Bundle, directory: Path) -> str:
     atomic_write_bytes(directory / "namespace.pkl", bundle.payload)
     for rel, data in bundle.files.items():
         atomic_write_bytes(directory / FILES_DIR / rel, data)
+    if bundle.data is not None:
+        _copy_data(bundle, directory / WORKDIR)
     manifest = {
         "sha256": bundle.digest,
         "entry": bundle.entry,
@@ -34,6 +37,7 @@ def write_bundle(bundle: Bundle, directory: Path) -> str:
         "imports": [list(pair) for pair in bundle.imports],
         "items": [dataclasses.asdict(i) for i in bundle.items],
         "files": sorted(bundle.files),
+        "data": None if bundle.data is None else sorted(bundle.data.sizes),
     }
     atomic_write_json(directory / "manifest.json", manifest)
     return bundle.digest
@@ -41,6 +45,31 @@ def write_bundle(bundle: Bundle, directory: Path) -> str:
 
 #: The bundle's folder of the notebook's own modules (see :mod:`alchemist.bundle.workspace`).
 FILES_DIR = "files"
+#: The bundle's copy of the notebook's folder, for workers that cannot see the folder
+#: (see :mod:`alchemist.bundle.datafiles`); they start in it.
+WORKDIR = "workdir"
+
+
+def _copy_data(bundle: Bundle, target: Path) -> None:
+    """Copy the files the dry run listed; one that changed size meanwhile is refused."""
+    assert bundle.data is not None
+    root = Path(bundle.data.root)
+    target.mkdir(parents=True, exist_ok=True)
+    for rel, size in bundle.data.sizes.items():
+        dest = target / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            shutil.copyfile(root / rel, dest)
+        except OSError as e:
+            raise BundleError(
+                f"{root / rel} could not be copied for the workers ({e.strerror or e});"
+                " nothing was submitted"
+            ) from None
+        if dest.stat().st_size != size:
+            raise BundleError(
+                f"{root / rel} changed while it was being copied for the workers: submit"
+                " again once it is written (nothing was submitted)"
+            )
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:
@@ -52,12 +81,15 @@ def enter_workspace(directory: Path) -> None:
     on ``sys.path``. Call before :func:`load_bundle`: unpickling a class from the
     notebook's ``model.py`` imports ``model``.
 
-    The notebook's folder is the working directory where it exists (the local backend,
-    or a shared home), so data files open by the same relative paths; the shipped
+    The working directory is the bundle's copy of the notebook's folder where one was
+    shipped (Kubernetes pods, which cannot see the folder), else the notebook's folder
+    (the local backend), so data files open by the same relative paths; the shipped
     copies of its modules come first, so the job runs the code as it was submitted.
     """
     manifest = read_manifest(directory)
     cwd = manifest.get("cwd")
+    if manifest.get("data") is not None and (directory / WORKDIR).is_dir():
+        cwd = str(directory / WORKDIR)
     if cwd and Path(cwd).is_dir():
         os.chdir(cwd)
         sys.path.insert(0, cwd)

@@ -234,3 +234,62 @@ def test_horovod_pods_train_through_horovods_own_rendezvous(alchemist_home: Path
     for rank in range(2):
         log = req.job_dir.rank_log(rank).read_text()
         assert f"horovod rank={rank} size=2 sum=3" in log, log
+
+
+WORKSPACE_CELL = """
+import alchemist
+from helpers.numbers import total
+from model import Scaler
+with open("data/numbers.txt") as f:
+    numbers = [int(line) for line in f]
+print(f"rank={alchemist.context().rank} scaled={Scaler(10)(total(numbers))}", flush=True)
+"""
+
+
+def test_pods_find_the_notebooks_modules_and_data_files(
+    alchemist_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cell importing a module and a package beside the notebook and reading a data
+    file by relative path runs in pods that cannot see the notebook's folder: the
+    folder is deleted before the pods start, as a pod's filesystem never had it."""
+    import shutil
+    import sys
+
+    import alchemist.client as client
+
+    nb = tmp_path / "project"
+    (nb / "helpers").mkdir(parents=True)
+    (nb / "data").mkdir()
+    (nb / "model.py").write_text(
+        "class Scaler:\n    def __init__(self, k):\n        self.k = k\n"
+        "    def __call__(self, v):\n        return v * self.k\n"
+    )
+    (nb / "helpers" / "__init__.py").write_text("")
+    (nb / "helpers" / "numbers.py").write_text("def total(xs):\n    return sum(xs)\n")
+    (nb / "data" / "numbers.txt").write_text("1\n2\n3\n")
+    (nb / "data" / "cache.bin").write_bytes(b"\0" * 4096)
+    (nb / ".alchemistignore").write_text("*.bin\n")
+    monkeypatch.chdir(nb)
+    monkeypatch.syspath_prepend(str(nb))
+    monkeypatch.setitem(
+        backends_registry._instances,
+        "kubernetes",
+        KubernetesBackend(config=Config(), namespace="default", image="unused", pvc="home"),
+    )
+    try:
+        dry = client.submit(WORKSPACE_CELL, dry_run=True, workers=2, backend="kubernetes")
+    finally:
+        for name in ("model", "helpers", "helpers.numbers"):
+            sys.modules.pop(name, None)
+    assert "data/numbers.txt" in dry.text and "cache.bin" not in dry.text, dry.text
+    assert "model.py" in dry.text and "helpers/numbers.py" in dry.text
+
+    spec = JobSpec(name="ws", workers=2, backend="kubernetes")
+    jd = JobDir(alchemist_home / "jobs" / "jrdzvws0001").create()
+    atomic_write_json(jd.spec, spec.to_dict())
+    write_bundle(dry.bundle, jd.bundle)
+    monkeypatch.chdir(tmp_path)
+    shutil.rmtree(nb)  # what a pod sees of the notebook's folder: nothing
+    run_pods(JobRequest("jrdzvws0001", "alice", spec, jd), alchemist_home, lambda i, a: None)
+    for rank in range(2):
+        assert f"rank={rank} scaled=60" in jd.rank_log(rank).read_text()

@@ -89,6 +89,7 @@ class KubernetesBackend(KubernetesConfig, Backend, metaclass=_Meta):
     """
 
     name = "kubernetes"
+    ships_files = True  # pods mount the Alchemist home, not the notebook's folder
 
     def __init__(self, *, api_client: Any = None, **kwargs: Any) -> None:
         """Create the backend.

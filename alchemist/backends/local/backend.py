@@ -153,6 +153,14 @@ class LocalBackend(Backend):
             if ignored
             else []
         )
+        shipped = [
+            flag for flag, v in (("--include", spec.include), ("--exclude", spec.exclude)) if v
+        ]
+        if shipped:
+            warnings.append(
+                f"the local backend ignores {' and '.join(shipped)} (they choose the files"
+                " shipped to Kubernetes pods): its jobs run in the notebook's folder itself"
+            )
         text += "".join(f"\n# warning: {w}" for w in warnings)
         return DryRunInfo(backend=self.name, request=request, text=text, warnings=warnings)
 

@@ -24,6 +24,8 @@ export interface IMetricEvent {
   rank: number;
   step: number;
   time?: number;
+  /** The attempt it was logged in (torchrun's restart count; absent: 0). */
+  attempt?: number;
   values: Record<string, number>;
 }
 
@@ -133,6 +135,12 @@ export function describeLatest(latest: IMetricEvent | null | undefined): string 
  *
  * Memory is bounded: past `maxSteps` distinct steps of a metric, every other step is
  * dropped (the first and the latest are always kept), so a long run keeps its shape.
+ *
+ * Attempts (the rule of alchemist/metrics/attempts.py, as the monitor applies it): a
+ * restarted job redoes the steps since its checkpoint, so when a rank's first event of
+ * a newer attempt arrives at step `s`, that rank's values of earlier attempts at steps
+ * `>= s` are dropped, and late events of an earlier attempt at such steps are ignored.
+ * The curve shows the surviving attempt, not both over each other.
  */
 export class MetricSeries {
   constructor(readonly maxSteps = 4000) {}
@@ -142,6 +150,16 @@ export class MetricSeries {
     for (const ev of events) {
       if (!ev || typeof ev.step !== 'number' || !ev.values) {
         continue;
+      }
+      const attempt = typeof ev.attempt === 'number' ? ev.attempt : 0;
+      const cut = this._cuts.get(ev.rank);
+      if (cut === undefined || attempt > cut.attempt) {
+        if (cut !== undefined || attempt > 0) {
+          this._dropFrom(ev.rank, ev.step);
+        }
+        this._cuts.set(ev.rank, { attempt, step: ev.step });
+      } else if (attempt < cut.attempt && ev.step >= cut.step) {
+        continue; // superseded by the newer attempt
       }
       for (const [name, value] of Object.entries(ev.values)) {
         if (typeof value !== 'number') {
@@ -195,6 +213,17 @@ export class MetricSeries {
     return [steps, ...ys];
   }
 
+  /** Forget `rank`'s values at steps `>= step` (a newer attempt redoes them). */
+  private _dropFrom(rank: number, step: number): void {
+    for (const metric of this._data.values()) {
+      for (const [s, perRank] of metric) {
+        if (s >= step && perRank.delete(rank) && perRank.size === 0) {
+          metric.delete(s);
+        }
+      }
+    }
+  }
+
   private _decimate(metric: Map<number, Map<number, number>>): void {
     const steps = Array.from(metric.keys()).sort((a, b) => a - b);
     for (let i = 1; i < steps.length - 1; i += 2) {
@@ -204,6 +233,8 @@ export class MetricSeries {
 
   private _data = new Map<string, Map<number, Map<number, number>>>();
   private _ranks = new Set<number>();
+  /** Per rank: its newest attempt and the step that attempt started at. */
+  private _cuts = new Map<number, { attempt: number; step: number }>();
 }
 
 /**

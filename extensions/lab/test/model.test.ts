@@ -143,6 +143,34 @@ describe('MetricSeries', () => {
     ]);
   });
 
+  it('shows the surviving attempt after a restart, not both over each other', () => {
+    const s = new MetricSeries();
+    const events = [];
+    for (let step = 0; step <= 7; step++) {
+      events.push({ rank: 0, step, attempt: 0, values: { loss: 10 - step } });
+      events.push({ rank: 1, step, attempt: 0, values: { loss: 20 - step } });
+    }
+    s.add(events);
+    // attempt 1 resumes from the checkpoint at step 5; rank 1 has not logged yet
+    s.add([{ rank: 0, step: 5, attempt: 1, values: { loss: 4.5 } }]);
+    assert.deepEqual(s.aligned('loss'), [
+      [0, 1, 2, 3, 4, 5, 6, 7],
+      [10, 9, 8, 7, 6, 4.5, null, null],
+      [20, 19, 18, 17, 16, 15, 14, 13]
+    ]);
+    // a late event of the old attempt at a redone step is not drawn
+    s.add([
+      { rank: 0, step: 6, attempt: 0, values: { loss: 99 } },
+      { rank: 0, step: 6, attempt: 1, values: { loss: 3.5 } },
+      { rank: 1, step: 5, attempt: 1, values: { loss: 14.5 } }
+    ]);
+    assert.deepEqual(s.aligned('loss'), [
+      [0, 1, 2, 3, 4, 5, 6],
+      [10, 9, 8, 7, 6, 4.5, 3.5],
+      [20, 19, 18, 17, 16, 14.5, null]
+    ]);
+  });
+
   it('ignores malformed events and non-numeric values', () => {
     const s = new MetricSeries();
     s.add([

@@ -152,7 +152,20 @@ def test_goldens_show_each_feature() -> None:
         "mountPath": "/home/jovyan",
         "subPath": "home/alice",
     }
-    assert vol_pod["securityContext"] == {"runAsUser": 1000, "runAsGroup": 100, "fsGroup": 100}
+    assert vol_pod["securityContext"] == {
+        "runAsUser": 1000,
+        "runAsGroup": 100,
+        "fsGroup": 100,
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    # Every golden passes the `restricted` Pod Security standard's container checks.
+    for feature, objects in docs.items():
+        for c in objects[0]["spec"]["template"]["spec"]["containers"]:
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {
+                "drop": ["ALL"]
+            }, feature
     assert docs["kueue"][0]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-ml-queue"
     restarts = docs["restarts"][0]["spec"]
     assert restarts["backoffLimit"] == 6 and restarts["activeDeadlineSeconds"] == 7201

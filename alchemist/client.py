@@ -347,8 +347,9 @@ def submit(
     if dry_run:
         return DryRun(spec=spec, info=info, bundle=bundle, job_id=job_id)
 
+    # A user's job files are theirs alone: the folders are made 0700 (never open to
+    # others, whatever the umask), the files below 0600.
     job_dir.create()
-    os.chmod(job_dir.root, 0o700)  # a user's job files are theirs alone
     atomic_write_json(job_dir.spec, spec.to_dict())
     try:
         write_bundle(bundle, job_dir.bundle)
@@ -373,13 +374,20 @@ def submit(
     atomic_write_json(job_dir.record, _record_file(record))
     store = get_store()
     store.add(record)
+
+    def refused(reason: str) -> None:
+        # In the job directory too (the truth): an index rebuilt from it keeps the reason.
+        finished = time.time()
+        job_dir.write_state(state=JobState.FAILED.value, reason=reason, finished=finished)
+        store.update(job_id, state=JobState.FAILED.value, reason=reason, finished=finished)
+
     try:
         backend.submit(req, info)  # exactly what was validated above, not a new dry run
     except AlchemistError as e:
-        store.update(job_id, state=JobState.FAILED.value, reason=str(e), finished=time.time())
+        refused(str(e))
         raise
     except Exception as e:
-        store.update(job_id, state=JobState.FAILED.value, reason=str(e), finished=time.time())
+        refused(str(e))
         raise BackendError(f"backend {spec.backend!r} could not start the job: {e}") from e
     job = Job(record)
     job.warnings = list(info.warnings)

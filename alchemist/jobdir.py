@@ -18,6 +18,11 @@ Layout of ``<ALCHEMIST_HOME>/jobs/<job_id>/``::
 Writers that others read while they write (state, checkpoints, outputs) write a
 temporary file and rename it, so a reader never sees half a file.
 
+A job's files are its owner's alone: the job directory, every folder Alchemist makes in
+it and the jobs folder above it are created 0700 (:func:`make_private_dir`: ``mkdir``'s
+mode, which the umask can only narrow, so there is no moment when they are open), and
+the files written through :func:`atomic_write_bytes` are 0600 (``mkstemp``).
+
 Files that grow while the job runs (rank logs, metrics) have one writer host each: the
 rank that owns the file (and its forked children, on the same host). On Kubernetes the
 job directory is on NFS, where appends from several hosts to one file are not atomic:
@@ -37,9 +42,35 @@ from pathlib import Path
 from typing import Any
 
 
+def make_private_dir(path: Path) -> Path:
+    """Create ``path`` and each missing folder above it with mode 0700; returns ``path``.
+
+    Each folder is made with ``mkdir(mode=0o700)``: the umask can only narrow that mode,
+    so no folder is ever open to others, not even for a moment (a ``chmod`` after the
+    ``mkdir`` would leave one). Folders that exist already are left as they are.
+    """
+    missing: list[Path] = []
+    current = path
+    while not current.is_dir():
+        missing.append(current)
+        if current.parent == current:
+            break
+        current = current.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            if not folder.is_dir():  # a file in the way: the same error mkdir -p gives
+                raise
+    return path
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old or the new file, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write ``data`` to ``path`` so that readers see the old or the new file, never a part.
+
+    The file is 0600 (``mkstemp``'s mode) and folders it needs are made 0700.
+    """
+    make_private_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -175,6 +206,8 @@ class JobDir:
         return self.root / "pids"
 
     def create(self) -> JobDir:
+        """Make the job directory and its folders, each 0700 from the start (the jobs
+        folder above it too, when it is missing)."""
         for sub in (
             self.root,
             self.bundle,
@@ -184,7 +217,7 @@ class JobDir:
             self.checkpoints,
             self.pids,
         ):
-            sub.mkdir(parents=True, exist_ok=True)
+            make_private_dir(sub)
         return self
 
     def read_state(self) -> dict[str, Any] | None:

@@ -3,23 +3,45 @@
 The embedded default is an SQLite file under ``ALCHEMIST_HOME``; any SQLAlchemy URL
 (``ALCHEMIST_DB_URL``, e.g. PostgreSQL) works in production. The store is an index:
 the job directory and the backend are the truth about a running job, and the client
-writes reconciled states back here.
+writes reconciled states back here. A lost index is rebuilt from the job directories
+(:func:`alchemist.client.list_jobs`); a store whose file was deleted or replaced is
+opened again (:func:`get_store`).
+
+An SQLite index is the owner's alone (the file and its ``-wal``, ``-shm`` and
+``-journal`` siblings 0600, a folder Alchemist makes for it 0700), and runs in WAL mode
+only on a filesystem of this machine. SQLite's WAL keeps its index in shared memory,
+which processes on different hosts do not share: on a network filesystem (NFS,
+CIFS/SMB, CephFS, Lustre, GlusterFS, any FUSE filesystem; :data:`NETWORK_FILESYSTEMS`)
+the index uses the rollback journal instead, and a one-line warning says to keep it on
+a local disk or to point ``ALCHEMIST_DB_URL`` at a database server. The filesystem is
+read from the mount table (``/proc/self/mountinfo``); where there is none, WAL is not
+used either.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import re
+import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Float, Integer, String, Text, create_engine, event, select
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.pool import NullPool
 
 from alchemist import config
+from alchemist.jobdir import make_private_dir
+
+log = logging.getLogger(__name__)
 
 
 class _Base(DeclarativeBase):
@@ -83,13 +105,40 @@ class JobStore:
 
     def __init__(self, url: str) -> None:
         self.url = url
+        #: The SQLite database file; None for a database server or an in-memory SQLite.
+        self.path: Path | None = sqlite_file(url)
+        #: SQLite's journal mode for this file ("wal" or "delete"); None when not a file.
+        self.journal_mode: str | None = None
+        self._identity: tuple[int, int] | None = None
         kwargs: dict[str, Any] = {}
-        if url.startswith("sqlite"):
+        sqlite = make_url(url).get_backend_name() == "sqlite"
+        if sqlite:
             kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
+        if self.path is not None:
+            _create_private(self.path)
+            self.journal_mode = journal_mode_for(self.path)
+            if self.journal_mode != "wal":
+                # A connection per use, closed after: no lock or handle is held open on a
+                # shared filesystem, and every connection tries again to leave a WAL mode
+                # an earlier version left (which needs all other connections closed).
+                kwargs["poolclass"] = NullPool
         self.engine: Engine = create_engine(url, **kwargs)
-        if url.startswith("sqlite"):
-            event.listen(self.engine, "connect", _sqlite_pragmas)
+        if sqlite:  # PRAGMAs are SQLite's alone: a database server gets none
+            event.listen(self.engine, "connect", _sqlite_pragmas(self.journal_mode))
         _create_tables(self.engine)
+        if self.path is not None:
+            self._identity = _file_identity(self.path)
+
+    def replaced(self) -> bool:
+        """Whether the SQLite file this store opened was deleted or replaced since."""
+        if self.path is None:
+            return False
+        try:
+            return _file_identity(self.path) != self._identity
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False  # unreadable for now (a stale NFS handle): keep what we have
 
     def add(self, record: JobRecord) -> None:
         with Session(self.engine) as s, s.begin():
@@ -161,12 +210,184 @@ def _create_tables(engine: Engine, attempts: int = 20) -> None:
             time.sleep(0.01 * (attempt + 1))
 
 
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    # WAL lets the kernel, the Jupyter server and the CLI read while one writes.
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA busy_timeout=30000")
-    cur.close()
+def sqlite_file(url: str) -> Path | None:
+    """The database file an SQLite URL names (absolute); None for another database or
+    an in-memory SQLite."""
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite":
+        return None
+    database = u.database or ""
+    if database in ("", ":memory:") or database.startswith("file:"):
+        return None
+    return Path(os.path.abspath(os.path.expanduser(database)))
+
+
+_SIBLINGS = ("", "-wal", "-shm", "-journal")
+
+
+def _create_private(path: Path) -> None:
+    """Make the database file 0600 (its folder 0700 if missing) before SQLite opens it.
+
+    SQLite would create the file 0644 less the umask, and gives its ``-wal``, ``-shm``
+    and ``-journal`` files the database file's mode: so creating the file 0600 here keeps
+    all four the owner's. A file of ours left open to others by an earlier version is
+    closed again.
+    """
+    make_private_dir(path.parent)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass  # an empty file is an empty SQLite database; an existing one is kept
+    for suffix in _SIBLINGS:
+        sibling = path.with_name(path.name + suffix)
+        try:
+            st = os.stat(sibling)
+            if st.st_uid == os.geteuid() and st.st_mode & 0o077:
+                os.chmod(sibling, st.st_mode & 0o700)
+        except OSError:
+            continue  # no such file, or another's: nothing of ours to close
+
+
+def _file_identity(path: Path) -> tuple[int, int]:
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino)
+
+
+#: Filesystem types (as the mount table names them) whose files other hosts may open:
+#: SQLite's WAL is unsafe there (its index lives in memory only one host shares).
+#: Any FUSE filesystem (``fuse``, ``fuseblk``, ``fuse.<name>``) counts too.
+NETWORK_FILESYSTEMS = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "smbfs",
+        "ceph",
+        "lustre",
+        "glusterfs",
+        "gpfs",
+        "beegfs",
+        "afs",
+        "ocfs2",
+        "gfs2",
+        "orangefs",
+        "pvfs2",
+        "9p",
+        "virtiofs",
+        "davfs",
+        "ncpfs",
+        "coda",
+    }
+)
+
+
+def is_network_filesystem(fstype: str) -> bool:
+    """Whether files on a filesystem of type ``fstype`` may be shared with other hosts."""
+    fstype = fstype.lower()
+    return fstype in NETWORK_FILESYSTEMS or fstype.startswith("fuse")
+
+
+def _unescape(field: str) -> str:
+    # The mount table writes space, tab, newline and backslash as \040, \011, \012, \134.
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def _mounts(table: str) -> list[tuple[str, str]]:
+    """(mount point, filesystem type) of each line of ``/proc/self/mountinfo`` (or of
+    ``/proc/mounts``, whose lines have no ``-`` separator), in the table's order."""
+    found = []
+    for line in table.splitlines():
+        fields = line.split()
+        if "-" in fields[6:]:  # mountinfo: id parent dev root MOUNTPOINT opts [tags] - TYPE
+            sep = fields.index("-", 6)
+            if sep + 1 < len(fields):
+                found.append((_unescape(fields[4]), fields[sep + 1]))
+        elif len(fields) >= 3:  # /proc/mounts: SOURCE MOUNTPOINT TYPE opts 0 0
+            found.append((_unescape(fields[1]), fields[2]))
+    return found
+
+
+def filesystem_type(path: str | Path, mount_table: str) -> str | None:
+    """The type of the filesystem that holds ``path`` (absolute, symbolic links
+    resolved), read from ``mount_table``, the text of ``/proc/self/mountinfo`` or
+    ``/proc/mounts``; None when no mount holds it.
+
+    The mount with the longest mount point that contains ``path`` holds it; of mounts
+    on the same point, the last one (mounted over the others).
+    """
+    target = str(path)
+    best: tuple[int, str] | None = None
+    for mount_point, fstype in _mounts(mount_table):
+        prefix = mount_point.rstrip("/")  # "" for the root
+        holds = target in (mount_point, prefix) or target.startswith(prefix + "/")
+        if holds and (best is None or len(prefix) >= best[0]):
+            best = (len(prefix), fstype)
+    return None if best is None else best[1]
+
+
+def _mount_table() -> str | None:
+    for source in ("/proc/self/mountinfo", "/proc/mounts"):
+        try:
+            return Path(source).read_text(errors="replace")
+        except OSError:
+            continue
+    return None
+
+
+_warned: set[Path] = set()
+
+
+def journal_mode_for(db_file: Path) -> str:
+    """SQLite's journal mode for ``db_file``: ``"wal"`` on a filesystem of this machine,
+    ``"delete"`` (the rollback journal) on a network filesystem or where the mount table
+    cannot be read. Warns once per file, in one line, when the file is on a network
+    filesystem."""
+    table = _mount_table()
+    resolved = os.path.realpath(db_file)
+    fstype = filesystem_type(resolved, table) if table is not None else None
+    if fstype is None:
+        return "delete"
+    if not is_network_filesystem(fstype):
+        return "wal"
+    if db_file not in _warned:
+        _warned.add(db_file)
+        log.warning(
+            "alchemist: the job index %s is on a network filesystem (%s): it uses SQLite's rollback"
+            " journal, not WAL; keep it on a local disk (ALCHEMIST_HOME) or point"
+            " ALCHEMIST_DB_URL at a database server (e.g. postgresql://...)",
+            db_file,
+            fstype,
+        )
+    return "delete"
+
+
+def _sqlite_pragmas(journal_mode: str | None) -> Callable[[Any, Any], None]:
+    """The ``connect`` hook of an SQLite store: a busy timeout and ``journal_mode``.
+
+    WAL lets the kernel, the Jupyter server and the CLI read while one writes; on a
+    network filesystem the rollback journal is the safe mode. An index left in WAL mode
+    by an earlier version leaves it at the first connection made while no other process
+    has it open (a connection attempt waits at most 0.2 s for that).
+    """
+
+    def on_connect(dbapi_conn: Any, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        try:
+            if journal_mode is not None:
+                current = str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+                if current != journal_mode:
+                    # Leaving WAL needs every other connection closed: do not wait long.
+                    cur.execute("PRAGMA busy_timeout=200")
+                    try:
+                        cur.execute(f"PRAGMA journal_mode={journal_mode}")
+                    except sqlite3.OperationalError as e:
+                        log.debug("journal_mode stays %s for now: %s", current, e)
+            cur.execute("PRAGMA busy_timeout=30000")
+        finally:
+            cur.close()
+
+    return on_connect
 
 
 _stores: dict[str, JobStore] = {}
@@ -174,12 +395,21 @@ _stores_lock = threading.Lock()
 
 
 def get_store() -> JobStore:
-    """The store for the configured URL (one per URL and process; thread-safe)."""
+    """The store for the configured URL (one per URL and process; thread-safe).
+
+    An SQLite file deleted or replaced since it was opened is opened again, so that a
+    deleted index is rebuilt (from the job directories, by the next listing) rather than
+    kept alive unseen in this process.
+    """
     url = config.db_url()
     with _stores_lock:
-        if url not in _stores:
-            _stores[url] = JobStore(url)
-        return _stores[url]
+        store = _stores.get(url)
+        if store is not None and store.replaced():
+            store.engine.dispose()
+            store = None
+        if store is None:
+            store = _stores[url] = JobStore(url)
+        return store
 
 
 def now() -> float:

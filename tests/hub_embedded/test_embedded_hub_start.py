@@ -6,6 +6,7 @@ go through the hub's real login form over HTTP (the browser test does it in Chro
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import re
@@ -21,8 +22,10 @@ import bcrypt
 import pytest
 import requests
 
+from alchemist.errors import HubConfigError
 from alchemist.hub.embedded.__main__ import main
 from alchemist.hub.embedded.seed import MARKER, seed_home
+from alchemist.hub.embedded.spawner import SingleAccountSpawner
 from tests.hub_embedded.hubproc import RunningHub, fresh_ports, hub_env, start_hub, stop_hub
 
 
@@ -219,3 +222,48 @@ def test_examples_are_copied_once_and_never_overwritten(tmp_path: Path) -> None:
     (home / "notebooks" / "data" / "x.csv").unlink()
     assert seed_home(home, source) is False  # deleted examples stay deleted
     assert not (home / "notebooks" / "data" / "x.csv").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a hub run as root can run servers as root")
+def test_single_isolation_as_root_is_refused_unless_allowed(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real ``alchemist-hub start`` command, run as root (as on this project's
+    machines): ``single`` isolation would run every user's server as root, so the hub
+    refuses in one line naming the fixes; with ``ALCHEMIST_HUB_ALLOW_ROOT_SINGLE=1`` the
+    real hub starts and says in one line what that means. Last, the single-account
+    spawner itself (for a hand-written hub config that skips the start-up check)
+    refuses to start a server as root without the opt-in."""
+    state, homes = workdir / "state", workdir / "homes"
+    env = {**hub_env(state, homes), "ALCHEMIST_HUB_ISOLATION": "single"}
+    command = Path(sys.executable).parent / "alchemist-hub"
+    refused = subprocess.run(
+        [str(command), "start"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert refused.returncode == 2
+    assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+    assert refused.stderr.startswith("alchemist hub: ALCHEMIST_HUB_ISOLATION=single")
+    assert "every user's server" in refused.stderr
+    assert "ALCHEMIST_HUB_ISOLATION=accounts" in refused.stderr
+    assert "ordinary user" in refused.stderr
+    assert not state.exists()  # refused before anything was set up or started
+
+    bad = run_main({**env, "ALCHEMIST_HUB_ALLOW_ROOT_SINGLE": "yes please"})
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == (
+        "alchemist hub: ALCHEMIST_HUB_ALLOW_ROOT_SINGLE='yes please' must be 1 (on) or 0 (off)"
+    )
+
+    allowed = start_hub(state, homes, {**env, "ALCHEMIST_HUB_ALLOW_ROOT_SINGLE": "1"})
+    try:
+        log = allowed.log_text()
+        assert "isolation: single" in log
+        warnings = [line for line in log.splitlines() if "ALLOW_ROOT_SINGLE=1" in line]
+        assert len(warnings) == 1 and "run as root" in warnings[0], log
+        assert logged_in(http_login(allowed, allowed.admin, allowed.admin_password))
+    finally:
+        assert stop_hub(allowed) == []
+
+    monkeypatch.delenv("ALCHEMIST_HUB_ALLOW_ROOT_SINGLE", raising=False)
+    with pytest.raises(HubConfigError, match="would run every user's server"):
+        asyncio.run(SingleAccountSpawner().start())

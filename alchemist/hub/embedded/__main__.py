@@ -120,6 +120,13 @@ def start(settings: HubSettings, hub_args: list[str]) -> None:
         f"  (state in {settings.hub_dir}, isolation: {settings.isolation})",
         flush=True,
     )
+    if settings.servers_run_as_root:  # allowed explicitly: say so, in one line
+        print(
+            "alchemist hub: warning: isolation single as root (ALCHEMIST_HUB_ALLOW_ROOT_SINGLE=1):"
+            " every user's server, kernels and jobs run as root, and no user is kept from another",
+            file=sys.stderr,
+            flush=True,
+        )
     env = {**os.environ, **settings.to_env()}
     argv = [sys.executable, "-m", "jupyterhub", "-f", str(config), *hub_args]
     os.chdir(settings.hub_dir)  # the proxy's pid file and any stray state land here

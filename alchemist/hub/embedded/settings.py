@@ -14,7 +14,9 @@ variable                       meaning (default)
 ``ALCHEMIST_HUB_ADMIN``        name of the admin account made on first start (``admin``)
 ``ALCHEMIST_HUB_ISOLATION``    ``accounts`` (one system account per user; needs root),
                                ``single`` (every server runs as the hub's own account), or
-                               ``auto``: ``accounts`` when root, else ``single`` (``auto``)
+                               ``auto``: ``accounts`` when root, else ``single`` (``auto``).
+                               A hub run as root refuses ``single`` (every server would
+                               run as root) unless ``ALCHEMIST_HUB_ALLOW_ROOT_SINGLE=1``
 ``ALCHEMIST_HUB_HOME_BASE``    where ``accounts`` mode makes homes (``/home``); in
                                ``single`` mode homes are ``<hub dir>/homes/<user>``
 ``ALCHEMIST_HUB_NOTEBOOKS``    example notebooks copied into each new home (the ones
@@ -76,6 +78,12 @@ class HubSettings:
     home_base: Path
     notebooks: Path
     proxy_cmd: str
+    allow_root_single: bool = False
+
+    @property
+    def servers_run_as_root(self) -> bool:
+        """Whether every user's server runs as root (``single`` isolation, hub as root)."""
+        return self.isolation == "single" and os.geteuid() == 0
 
     @property
     def db_url(self) -> str:
@@ -95,12 +103,16 @@ class HubSettings:
         """Read the settings from ``env`` (default ``os.environ``).
 
         Raises:
-            HubConfigError: a variable has a bad value, or ``accounts`` isolation is
-                asked for without root.
+            HubConfigError: a variable has a bad value, ``accounts`` isolation is asked
+                for without root, or ``single`` isolation as root without
+                ``ALCHEMIST_HUB_ALLOW_ROOT_SINGLE=1``.
         """
         env = os.environ if env is None else env
         hub_dir = Path(env.get("ALCHEMIST_HUB_DIR") or Path.cwd() / ".alchemist" / "hub")
         isolation = _isolation(env.get("ALCHEMIST_HUB_ISOLATION", "auto"))
+        allow_root_single = root_single_allowed(env)
+        if isolation == "single" and os.geteuid() == 0 and not allow_root_single:
+            raise HubConfigError(ROOT_SINGLE_REFUSED)
         admin = env.get("ALCHEMIST_HUB_ADMIN", "admin")
         if not re.match(USERNAME_PATTERN, admin):
             raise HubConfigError(
@@ -118,6 +130,7 @@ class HubSettings:
             home_base=Path(env.get("ALCHEMIST_HUB_HOME_BASE") or "/home").resolve(),
             notebooks=Path(env.get("ALCHEMIST_HUB_NOTEBOOKS") or default_notebooks()),
             proxy_cmd=env.get("ALCHEMIST_HUB_PROXY_CMD") or _default_proxy_cmd(),
+            allow_root_single=allow_root_single,
         )
 
     def to_env(self) -> dict[str, str]:
@@ -133,7 +146,34 @@ class HubSettings:
             "ALCHEMIST_HUB_HOME_BASE": str(self.home_base),
             "ALCHEMIST_HUB_NOTEBOOKS": str(self.notebooks),
             "ALCHEMIST_HUB_PROXY_CMD": self.proxy_cmd,
+            ALLOW_ROOT_SINGLE: "1" if self.allow_root_single else "",
         }
+
+
+#: The opt-in that lets a hub run as root use ``single`` isolation.
+ALLOW_ROOT_SINGLE = "ALCHEMIST_HUB_ALLOW_ROOT_SINGLE"
+
+#: Why a hub run as root refuses ``single`` isolation, and the fixes (one line).
+ROOT_SINGLE_REFUSED = (
+    "ALCHEMIST_HUB_ISOLATION=single with the hub run as root would run every user's"
+    " server, kernels and jobs as root: use ALCHEMIST_HUB_ISOLATION=accounts (a system"
+    " account per user), or run the hub as an ordinary user"
+    f" (or set {ALLOW_ROOT_SINGLE}=1 to accept it)"
+)
+
+
+def root_single_allowed(env: Mapping[str, str]) -> bool:
+    """Whether ``env`` opts in to ``single`` isolation as root.
+
+    Raises:
+        HubConfigError: the variable is neither on (``1``) nor off (``0`` or empty).
+    """
+    raw = env.get(ALLOW_ROOT_SINGLE, "").strip()
+    if raw in ("", "0"):
+        return False
+    if raw == "1":
+        return True
+    raise HubConfigError(f"{ALLOW_ROOT_SINGLE}={raw!r} must be 1 (on) or 0 (off)")
 
 
 def _isolation(raw: str) -> Isolation:

@@ -28,8 +28,10 @@ from typing import Any
 from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner
 from traitlets import Unicode
 
+from alchemist.errors import HubConfigError
 from alchemist.hub.embedded.accounts import ensure_system_account
 from alchemist.hub.embedded.seed import seed_home
+from alchemist.hub.embedded.settings import ROOT_SINGLE_REFUSED, root_single_allowed
 
 #: Data directory with the kernel spec that loads the extension (added to JUPYTER_PATH).
 SHARE_DIR = Path(__file__).resolve().parent / "share" / "jupyter"
@@ -105,7 +107,10 @@ class SingleAccountSpawner(SimpleLocalProcessSpawner):
     """Start every user's server as the hub's own account, each with its own home.
 
     This keeps users' files apart by convention only: every server can read and
-    signal everything of every other (see ``docs/hub.md``).
+    signal everything of every other (see ``docs/hub.md``). In a hub run as root it
+    would run every server as root: it refuses to, unless the hub's environment has
+    ``ALCHEMIST_HUB_ALLOW_ROOT_SINGLE=1`` (the hub's own start-up refuses first; this
+    guards a hand-written ``jupyterhub_config.py`` that picks this spawner).
     """
 
     examples_dir = Unicode(
@@ -115,6 +120,8 @@ class SingleAccountSpawner(SimpleLocalProcessSpawner):
     )
 
     async def start(self) -> Any:
+        if os.geteuid() == 0 and not root_single_allowed(os.environ):
+            raise HubConfigError(ROOT_SINGLE_REFUSED)
         home = Path(self.home_dir)
         home.mkdir(parents=True, exist_ok=True, mode=0o700)
         if self.examples_dir:

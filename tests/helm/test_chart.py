@@ -21,7 +21,16 @@ import yaml
 from traitlets.config import Config
 
 from alchemist.hub.kubernetes import backend_environment, configure_hub
-from tests.helm.chart import ALL_ON_VALUES, CHART, find, render, render_uncached, run_helm
+from alchemist.hub.kubernetes.tenancy import USER_RULES
+from tests.helm.chart import (
+    ALL_ON_VALUES,
+    CHART,
+    SHARED_VALUES,
+    find,
+    render,
+    render_uncached,
+    run_helm,
+)
 
 K8S_VERSION = "1.33.0"
 KUEUE_SCHEMAS = json.loads(
@@ -30,6 +39,7 @@ KUEUE_SCHEMAS = json.loads(
 
 #: (values files) -> kinds that must be rendered.
 CASES = {
+    # A namespace per user: the users' objects are the hub's to create (tenancy.py).
     "defaults": (
         (),
         {
@@ -39,8 +49,8 @@ CASES = {
             "Service",
             "PersistentVolumeClaim",
             "ServiceAccount",
-            "Role",
-            "RoleBinding",
+            "ClusterRole",
+            "ClusterRoleBinding",
         },
     ),
     "all-on": (
@@ -50,14 +60,26 @@ CASES = {
             "Secret",
             "Deployment",
             "Service",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Ingress",
+            "ResourceFlavor",
+            "ClusterQueue",
+        },
+    ),
+    # One trusted team in one namespace: the chart makes its accounts, rights and claim.
+    "shared": (
+        (SHARED_VALUES,),
+        {
+            "ConfigMap",
+            "Secret",
+            "Deployment",
+            "Service",
             "PersistentVolumeClaim",
             "ServiceAccount",
             "Role",
             "RoleBinding",
-            "Ingress",
-            "ResourceFlavor",
-            "ClusterQueue",
-            "LocalQueue",
         },
     ),
 }
@@ -77,7 +99,11 @@ def hub_config(docs: list[dict[str, Any]]) -> dict[str, Any]:
     return loaded
 
 
-@pytest.mark.parametrize("values", [(), (ALL_ON_VALUES,)], ids=["defaults", "all-on"])
+@pytest.mark.parametrize(
+    "values",
+    [(), (ALL_ON_VALUES,), (ALL_ON_VALUES, SHARED_VALUES)],
+    ids=["defaults", "all-on", "all-on-shared"],
+)
 def test_helm_lint_strict_is_clean(helm: str, values: tuple[Path, ...]) -> None:
     args = ["lint", "--strict", str(CHART)]
     for f in values:
@@ -156,16 +182,25 @@ def grid(groups: str, resources: list[str], verbs: list[str]) -> set[tuple[str, 
     return {(groups, r, v) for r in resources for v in verbs}
 
 
+#: tenancy.mode shared with every other feature on: the chart makes the users' objects.
+ALL_ON_SHARED = (ALL_ON_VALUES, SHARED_VALUES)
+
+
 def test_user_pods_may_manage_exactly_jobs_services_pods_and_logs(helm: str) -> None:
-    docs = render(helm, (ALL_ON_VALUES,))
+    """tenancy.mode shared: the chart's own user Role (in namespaces mode the hub makes
+    one per user; tests/hub_kubernetes/test_tenancy.py checks those)."""
+    docs = render(helm, ALL_ON_SHARED)
     (role,) = find(docs, "Role", "-user")
     assert role["metadata"]["namespace"] == "alchemist-users"
-    assert rules(role) == (
+    # The same rights as each user's Role in namespaces mode (one list: tenancy.USER_RULES).
+    assert rules(role) == rules({"rules": USER_RULES})
+    assert rules(role) >= (
         grid("batch", ["jobs"], ["get", "list", "watch", "create", "delete"])
         | grid("", ["services"], ["get", "list", "watch", "create", "delete"])
         | grid("", ["pods"], ["get", "list", "watch"])
         | {("", "pods/log", "get")}
     )
+    assert not {r for r in rules(role) if r[1] in ("secrets", "persistentvolumeclaims")}
     (binding,) = find(docs, "RoleBinding", "-user")
     (account,) = find(docs, "ServiceAccount", "-user")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
@@ -186,7 +221,8 @@ def test_user_pods_may_manage_exactly_jobs_services_pods_and_logs(helm: str) -> 
 
 
 def test_hub_may_manage_user_pods_and_claims_in_the_user_namespace(helm: str) -> None:
-    docs = render(helm, (ALL_ON_VALUES,))
+    """tenancy.mode shared: the hub's rights are a Role in the one user namespace."""
+    docs = render(helm, ALL_ON_SHARED)
     (role,) = find(docs, "Role", "-hub")
     assert role["metadata"]["namespace"] == "alchemist-users"
     assert rules(role) == (
@@ -203,9 +239,10 @@ def test_hub_may_manage_user_pods_and_claims_in_the_user_namespace(helm: str) ->
 
 
 def test_hub_config_names_the_objects_the_chart_creates(helm: str) -> None:
-    """The ConfigMap's hub config, fed to alchemist.hub.kubernetes.configure_hub, points KubeSpawner
-    and the kubernetes backend's environment at the very objects the chart renders."""
-    docs = render(helm, (ALL_ON_VALUES,))
+    """tenancy.mode shared: the ConfigMap's hub config, fed to
+    alchemist.hub.kubernetes.configure_hub, points KubeSpawner and the kubernetes
+    backend's environment at the very objects the chart renders."""
+    docs = render(helm, ALL_ON_SHARED)
     c = Config()
     configure_hub(c, hub_config(docs))
     ks = c.KubeSpawner
@@ -252,6 +289,59 @@ def test_hub_config_names_the_objects_the_chart_creates(helm: str) -> None:
     assert "postgresql://" not in json.dumps(cm)
 
 
+def test_hub_config_in_namespaces_mode_points_at_each_users_own_objects(helm: str) -> None:
+    """tenancy.mode namespaces (all-on): KubeSpawner puts each user in a namespace of
+    their own made from the template, the backend's environment names the objects the
+    hub's pre-spawn hook makes there (alchemist.hub.kubernetes.tenancy), the hub's
+    ClusterRole is bound to the hub's account, and the chart's ClusterQueue admits
+    exactly the namespaces the hub labels."""
+    from alchemist.hub.kubernetes import tenancy
+
+    docs = render(helm, (ALL_ON_VALUES,))
+    values = hub_config(docs)
+    c = Config()
+    configure_hub(c, values)
+    ks = c.KubeSpawner
+    assert ks.enable_user_namespaces is True
+    assert ks.user_namespace_template == "ml-{username}"
+    assert ks.service_account == tenancy.USER_SERVICE_ACCOUNT
+    assert ks.user_namespace_labels == tenancy.namespace_labels("{username}", "alchemist")
+    env = ks.environment
+    assert env["ALCHEMIST_K8S_NAMESPACE"] == "{namespace}"  # KubeSpawner expands it
+    objects = tenancy.user_objects(values, "alice", "ml-alice")
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for obj in objects:
+        by_kind.setdefault(obj["kind"], []).append(obj)
+    (home,) = [
+        o
+        for o in by_kind["PersistentVolumeClaim"]
+        if o["metadata"]["name"] == env["ALCHEMIST_K8S_PVC"]
+    ]
+    assert home["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert home["spec"]["storageClassName"] == "nfs-rwx"
+    accounts = {o["metadata"]["name"]: o for o in by_kind["ServiceAccount"]}
+    assert accounts[env["ALCHEMIST_K8S_SERVICE_ACCOUNT"]]["automountServiceAccountToken"] is False
+    (queue,) = by_kind["LocalQueue"]
+    assert env["ALCHEMIST_K8S_QUEUE"] == queue["metadata"]["name"]
+    (cq,) = find(docs, "ClusterQueue")
+    assert queue["spec"]["clusterQueue"] == cq["metadata"]["name"]
+    (namespace,) = by_kind["Namespace"]
+    wanted = cq["spec"]["namespaceSelector"]["matchLabels"]
+    assert wanted.items() <= namespace["metadata"]["labels"].items()
+    # The chart makes no user object itself in this mode: no Role, claim or LocalQueue.
+    assert not find(docs, "Role") and not find(docs, "LocalQueue")
+    assert not find(docs, "PersistentVolumeClaim")  # all-on: the hub's database is a URL
+    (binding,) = find(docs, "ClusterRoleBinding")
+    (hub_deploy,) = find(docs, "Deployment", "-hub")
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": hub_deploy["spec"]["template"]["spec"]["serviceAccountName"],
+            "namespace": "alchemist",
+        }
+    ]
+
+
 def test_rendered_jupyterhub_config_runs(helm: str, tmp_path: Path) -> None:
     """The chart's jupyterhub_config.py, run as JupyterHub runs it, configures KubeSpawner
     and then applies hub.extraConfig."""
@@ -266,7 +356,7 @@ def test_rendered_jupyterhub_config_runs(helm: str, tmp_path: Path) -> None:
     c = Config()
     exec(compile(source, "jupyterhub_config.py", "exec"), {"c": c})
     assert c.JupyterHub.spawner_class == "kubespawner.KubeSpawner"
-    assert c.JupyterHub.authenticator_class == "nativeauthenticator.NativeAuthenticator"
+    assert c.JupyterHub.authenticator_class == "alchemist.hub.kubernetes.auth.ClusterAuthenticator"
     assert c.JupyterHub.shutdown_on_logout is True
     assert c.KubeSpawner.extra_annotations == {"alchemist.dev/extra-config": "applied"}
 

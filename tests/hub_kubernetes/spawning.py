@@ -1,7 +1,11 @@
 """Helpers of the KubeSpawner tests: a KubeSpawner configured the way the chart's hub is.
 
 The hub config document comes from the chart itself (``helm template``, the hub
-ConfigMap), so these tests spawn exactly what a deployed hub would.
+ConfigMap), so these tests spawn exactly what a deployed hub would. The one stand-in:
+KubeSpawner reads the hub's namespace (``{hubnamespace}`` of user namespace names)
+from the service-account file of the hub pod, which does not exist here; the spawner
+made by :func:`make_spawner` answers the release namespace the chart was rendered
+into (:data:`HUB_NAMESPACE`), as it would in the hub pod.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ from traitlets.config import Config
 
 from alchemist.hub.kubernetes import configure_kubespawner
 from tests.helm.chart import find, render
+
+#: The release namespace :func:`tests.helm.chart.render` renders into (the hub's).
+HUB_NAMESPACE = "alchemist"
 
 KUBECONFIG = """\
 apiVersion: v1
@@ -59,9 +66,28 @@ def make_spawner(values: dict[str, Any], user: str = "alice", **traits: Any) -> 
     """
     from kubespawner import KubeSpawner
 
+    class HubPodKubeSpawner(KubeSpawner):
+        """KubeSpawner as it runs in the hub pod (the module docstring)."""
+
+        def _namespace_default(self) -> str:
+            return HUB_NAMESPACE
+
     c = Config()
     configure_kubespawner(c, values)
     for name, value in traits.items():
         setattr(c.KubeSpawner, name, value)
     owner = types.SimpleNamespace(name=user, id=1, url=f"/user/{user}/")
-    return KubeSpawner(config=c, user=owner, _mock=True)
+    return HubPodKubeSpawner(config=c, user=owner, _mock=True)
+
+
+async def pod_manifest(spawner: Any, profile: str | None = None) -> dict[str, Any]:
+    """The notebook pod KubeSpawner's own ``get_pod_manifest()`` builds, as a dict."""
+    from kubernetes_asyncio.client import ApiClient
+
+    if profile is not None:
+        spawner.user_options = {"profile": profile}
+    await spawner.load_user_options()
+    pod = await spawner.get_pod_manifest()
+    async with ApiClient() as api:
+        manifest: dict[str, Any] = api.sanitize_for_serialization(pod)
+    return manifest

@@ -132,3 +132,6 @@ def test_rendered_hub_config_boots_jupyterhub_behind_its_proxy(
         assert status == 200 and "password" in body.lower()
     log = (tmp_path / "hub.log").read_text()
     assert "KubeSpawner" in log or "kubespawner" in log.lower(), log[-2000:]
+    # The chart's authenticator made the admin account before serving (auth.py), so a
+    # sign-up as "admin" finds the name taken (test_cluster_auth.py).
+    assert "Admin account created:  user 'admin'" in log, log[-2000:]

@@ -1,132 +1,54 @@
 """KubeSpawner start / poll / stop of a notebook configured by ``alchemist.hub.kubernetes``.
 
-STAND-IN, NOT KUBERNETES. No Kubernetes API server can run on this project's machines
-(ENVIRONMENT.md), so KubeSpawner (through kubernetes-asyncio, its real client) talks to
-kmock's ``KubernetesEmulator`` served over HTTP on 127.0.0.1 by ``kmock.Server``: an
-in-memory store that creates, lists, watches, patches and deletes objects. What a real
-API server would add, :class:`ApiServerStandin` adds: the namespace, uid,
-creationTimestamp and resourceVersion of a new object, ``status.phase: Pending`` of a
-new pod, and ``watch=True`` (as kubernetes-asyncio sends it) read as ``watch=true``.
-There is no scheduler and no kubelet: the test plays the kubelet, patching the pod's
-status through the API as a kubelet would. kmock does not filter lists by label
-selector; KubeSpawner filters nothing itself, so every pod of the namespace is the
-hub's here, as it is in a namespace that only the hub spawns into.
+STAND-IN, NOT KUBERNETES: KubeSpawner (through kubernetes-asyncio, its real client)
+talks to the kmock-based stand-in API server of ``apiserver.py`` (its docstring says
+what it adds to kmock and what it does not model). On the chart's defaults each user
+gets a namespace of their own: as JupyterHub does before ``start()``, each test runs the
+spawner's pre-spawn hook, which applies the user's namespace objects, then starts the
+notebook there. There is no scheduler and no kubelet: the test plays the kubelet,
+patching the pod's status through the API as a kubelet would. kmock does not filter
+lists by label selector; KubeSpawner filters nothing itself, so every pod is the hub's
+here, as it is on a cluster where only the hub spawns notebooks.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
-import datetime
-import itertools
 import time
-import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import kmock
 import kubernetes_validate
 import pytest
-from aiohttp import web
-from kmock._internal import enums
 
-from tests.hub_kubernetes.spawning import chart_hub_config, make_spawner
+from tests.hub_kubernetes.apiserver import (
+    DEADLINE_S,
+    ApiServerStandin,
+    api_server,
+    running,
+    stop_reflectors,
+)
+from tests.hub_kubernetes.apiserver import kubelet_sets_status as _kubelet_sets_status
+from tests.hub_kubernetes.spawning import HUB_NAMESPACE, chart_hub_config, make_spawner
 
-NAMESPACE = "alchemist"
+NAMESPACE = f"{HUB_NAMESPACE}-alice"  # the user namespace of alice
 POD = "jupyter-alice"
-DEADLINE_S = 20.0
-
-
-class ApiServerStandin(kmock.KubernetesEmulator):
-    """kmock's emulator plus the fields a real API server fills in (module docstring)."""
-
-    _versions = itertools.count(1)
-
-    async def __call__(self, raw_request: web.BaseRequest) -> web.StreamResponse:
-        # kmock recognises only watch=true; kubernetes-asyncio sends watch=True.
-        if raw_request.query.get("watch") in ("True", "1"):
-            raw_request = raw_request.clone(rel_url=raw_request.rel_url.update_query(watch="true"))
-        return await super().__call__(raw_request)
-
-    async def _handle(self, request: Any) -> web.StreamResponse:
-        writes = (enums.action.CREATE, enums.action.UPDATE)
-        if request.resource is not None and request.action in writes:
-            data = request.data if isinstance(request.data, dict) else {}
-            meta = data.setdefault("metadata", {})
-            if request.action == enums.action.CREATE:
-                if request.namespace:
-                    meta.setdefault("namespace", request.namespace)
-                meta.setdefault("uid", str(uuid.uuid4()))
-                meta.setdefault(
-                    "creationTimestamp",
-                    datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                )
-                if request.resource.plural == "pods":
-                    data.setdefault("status", {"phase": "Pending"})
-            meta["resourceVersion"] = str(next(self._versions))
-        return await super()._handle(request)
-
-
-@asynccontextmanager
-async def api_server() -> AsyncIterator[tuple[ApiServerStandin, str]]:
-    async with ApiServerStandin() as api, kmock.Server(api) as server:
-        for plural in ["pods", "persistentvolumeclaims", "events"]:
-            api.resources[f"v1/{plural}"] = {}
-        yield api, str(server.url).rstrip("/")
 
 
 def stored(api: ApiServerStandin, plural: str, name: str) -> dict[str, Any] | None:
-    """A copy of the object as the stand-in stores it, or None once deleted."""
-    for (resource, namespace, obj_name), obj in api.objects.items():
-        if resource.plural == plural and namespace == NAMESPACE and obj_name == name:
-            return None if obj.deleted else copy.deepcopy(obj.raw)
-    return None
+    """A copy of alice's object as the stand-in stores it, or None once deleted."""
+    return api.stored(plural, NAMESPACE, name)
 
 
 async def kubelet_sets_status(url: str, status: dict[str, Any]) -> None:
-    """Play the kubelet: wait (with a deadline) for the pod, then patch its status."""
-    import kubernetes_asyncio.client as k8s
-
-    async with k8s.ApiClient(k8s.Configuration(host=url)) as client:
-        core = k8s.CoreV1Api(client)
-        deadline = time.monotonic() + DEADLINE_S
-        while True:
-            try:
-                await core.read_namespaced_pod(POD, NAMESPACE)
-                break
-            except k8s.ApiException as e:
-                if e.status != 404 or time.monotonic() > deadline:
-                    raise
-            await asyncio.sleep(0.05)
-        await core.patch_namespaced_pod_status(POD, NAMESPACE, {"status": status})
+    await _kubelet_sets_status(url, NAMESPACE, POD, status)
 
 
-def running(ready: bool = True) -> dict[str, Any]:
-    return {
-        "phase": "Running",
-        "podIP": "10.1.2.3",
-        "containerStatuses": [
-            {
-                "name": "notebook",
-                "ready": ready,
-                "restartCount": 0,
-                "image": "alchemist/notebook:0.1.0",
-                "imageID": "",
-                "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
-            }
-        ],
-    }
-
-
-async def stop_reflectors() -> None:
-    """KubeSpawner keeps its watchers on the class; stop them so no task outlives the test."""
-    from kubespawner import KubeSpawner
-
-    for reflector in list(KubeSpawner.reflectors.values()):
-        await reflector.stop()
-    KubeSpawner.reflectors.clear()
+async def prepared(spawner: Any, profile: str) -> None:
+    """What JupyterHub does before ``start()``: the pre-spawn hook, then the options."""
+    await spawner.run_pre_spawn_hook()
+    spawner.user_options = {"profile": profile}
+    await spawner.load_user_options()
 
 
 def test_start_poll_stop_against_the_standin(helm: str, kubeconfig: Path) -> None:
@@ -135,8 +57,7 @@ def test_start_poll_stop_against_the_standin(helm: str, kubeconfig: Path) -> Non
     async def scenario() -> None:
         async with api_server() as (api, url):
             spawner = make_spawner(values, k8s_api_host=url, start_timeout=30)
-            spawner.user_options = {"profile": "gpu-1"}
-            await spawner.load_user_options()
+            await prepared(spawner, "gpu-1")
             try:
                 start = asyncio.ensure_future(spawner.start())
                 await kubelet_sets_status(url, running())
@@ -174,8 +95,7 @@ def test_poll_reports_the_exit_code_of_a_notebook_that_died(helm: str, kubeconfi
     async def scenario() -> None:
         async with api_server() as (api, url):
             spawner = make_spawner(values, k8s_api_host=url, start_timeout=30)
-            spawner.user_options = {"profile": "cpu"}
-            await spawner.load_user_options()
+            await prepared(spawner, "cpu")
             try:
                 start = asyncio.ensure_future(spawner.start())
                 await kubelet_sets_status(url, running())
@@ -213,8 +133,7 @@ def test_pod_created_through_the_api_is_the_golden_manifest(
     async def scenario() -> dict[str, Any]:
         async with api_server() as (api, url):
             spawner = make_spawner(values, k8s_api_host=url, start_timeout=30)
-            spawner.user_options = {"profile": profile}
-            await spawner.load_user_options()
+            await prepared(spawner, profile)
             try:
                 start = asyncio.ensure_future(spawner.start())
                 await kubelet_sets_status(url, running())

@@ -18,7 +18,11 @@ import pytest
 import yaml
 
 from alchemist.hub.kubernetes import HubConfigError, profile_from_values
-from tests.hub_kubernetes.spawning import chart_hub_config, make_spawner
+from tests.hub_kubernetes import spawning
+from tests.hub_kubernetes.spawning import HUB_NAMESPACE, chart_hub_config, make_spawner
+
+#: alice's own namespace (tenancy.mode namespaces, the chart's default).
+USER_NAMESPACE = f"{HUB_NAMESPACE}-alice"
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 PROFILES = {"cpu": 0, "gpu-1": 1, "gpu-4": 4, "gpu-8": 8}
@@ -34,15 +38,7 @@ def normalize(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 async def pod_manifest(values: dict[str, Any], profile: str) -> dict[str, Any]:
-    from kubernetes_asyncio.client import ApiClient
-
-    spawner = make_spawner(values)
-    spawner.user_options = {"profile": profile}
-    await spawner.load_user_options()
-    pod = await spawner.get_pod_manifest()
-    async with ApiClient() as api:
-        manifest: dict[str, Any] = api.sanitize_for_serialization(pod)
-    return normalize(manifest)
+    return normalize(await spawning.pod_manifest(make_spawner(values), profile))
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))
@@ -81,7 +77,7 @@ def test_profile_pod_gets_its_gpus_and_the_backend_environment(
 
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["ALCHEMIST_BACKEND"] == "kubernetes"
-    assert env["ALCHEMIST_K8S_NAMESPACE"] == "alchemist"
+    assert env["ALCHEMIST_K8S_NAMESPACE"] == USER_NAMESPACE
     assert env["ALCHEMIST_K8S_IMAGE"] == "alchemist/worker:0.1.0"
     home = env["ALCHEMIST_HOME"]
     assert env["ALCHEMIST_K8S_MOUNT_PATH"] == home
@@ -91,9 +87,9 @@ def test_profile_pod_gets_its_gpus_and_the_backend_environment(
     shared = next(n for n, p in mounts.items() if p == home)
     assert volumes[shared]["persistentVolumeClaim"]["claimName"] == env["ALCHEMIST_K8S_PVC"]
     assert volumes["home"]["persistentVolumeClaim"]["claimName"] == "claim-alice"
-    # Non-root, and the account the chart grants the backend's rights to.
+    # Non-root, and the account the hub grants the backend's rights to in her namespace.
     assert container["securityContext"]["runAsUser"] == 1000
-    assert spec["serviceAccountName"] == "demo-alchemist-user"
+    assert spec["serviceAccountName"] == "alchemist-user"
     assert spec["automountServiceAccountToken"] is True
 
 
@@ -117,7 +113,7 @@ def test_profile_node_selector_and_images_override_the_defaults(
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert container["image"] == "alchemist/notebook:0.1.0-a100"
     assert env["ALCHEMIST_K8S_IMAGE"] == "alchemist/worker:0.1.0-a100"
-    assert env["ALCHEMIST_K8S_NAMESPACE"] == "alchemist"  # the rest of the env is kept
+    assert env["ALCHEMIST_K8S_NAMESPACE"] == USER_NAMESPACE  # the rest of the env is kept
     assert pod["spec"]["nodeSelector"] == {"gpu-type": "a100"}
 
 

@@ -58,7 +58,13 @@ FEATURES: dict[str, tuple[dict[str, Any], JobSpec]] = {
         ),
     ),
     "volumes": (
-        {"sub_path": "home/alice", "run_as_user": 1000, "run_as_group": 100, "shm_size": "8Gi"},
+        {
+            "sub_path": "home/alice",
+            "run_as_user": 1000,
+            "run_as_group": 100,
+            "shm_size": "8Gi",
+            "datasets": [{"claim": "dataset-imagenet", "mountPath": "/datasets/imagenet"}],
+        },
         JobSpec(name="vol", workers=2, backend="kubernetes"),
     ),
     "kueue": (
@@ -159,6 +165,14 @@ def test_goldens_show_each_feature() -> None:
         "runAsNonRoot": True,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
+    # A team data set is mounted read-only, from its claim, at its path.
+    assert {"name": "dataset-0", "mountPath": "/datasets/imagenet", "readOnly": True} in (
+        vol_pod["containers"][0]["volumeMounts"]
+    )
+    assert {
+        "name": "dataset-0",
+        "persistentVolumeClaim": {"claimName": "dataset-imagenet", "readOnly": True},
+    } in vol_pod["volumes"]
     # Every golden passes the `restricted` Pod Security standard's container checks.
     for feature, objects in docs.items():
         for c in objects[0]["spec"]["template"]["spec"]["containers"]:

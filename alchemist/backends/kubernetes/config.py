@@ -204,6 +204,13 @@ class KubernetesConfig(LoggingConfigurable):
         help="tolerations of the worker pods, as Kubernetes dicts (env: a JSON list).",
     ).tag(config=True, env=True)
 
+    datasets = List(
+        Dict(),
+        help="""Team data sets mounted read-only in every worker pod, as the notebook has them
+        (env: a JSON list of {"claim": ..., "mountPath": ...}; the chart sets it from its
+        datasets: values).""",
+    ).tag(config=True, env=True)
+
     queue = Unicode(
         "",
         help="""Kueue LocalQueue name; '' = no Kueue.

@@ -72,6 +72,7 @@ class Settings:
     gpu_resource: str = _default("gpu_resource")
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: list[dict[str, Any]] = field(default_factory=list)
+    datasets: list[dict[str, Any]] = field(default_factory=list)
     queue: str = _default("queue")
     service_account: str = _default("service_account")
     cpu: str = _default("cpu")
@@ -256,6 +257,23 @@ def make_pod_template(
     volumes: list[dict[str, Any]] = [
         {"name": VOLUME_HOME, "persistentVolumeClaim": {"claimName": settings.pvc}}
     ]
+    for i, ds in enumerate(settings.datasets):
+        try:
+            claim, mount = str(ds["claim"]), str(ds["mountPath"])
+        except KeyError as e:
+            raise BackendError(
+                f"dataset {i} of ALCHEMIST_K8S_DATASETS has no {e.args[0]!r}: each is"
+                ' {"claim": ..., "mountPath": ...}'
+            ) from None
+        container["volumeMounts"].append(
+            {"name": f"dataset-{i}", "mountPath": mount, "readOnly": True}
+        )
+        volumes.append(
+            {
+                "name": f"dataset-{i}",
+                "persistentVolumeClaim": {"claimName": claim, "readOnly": True},
+            }
+        )
     if settings.shm_size:
         container["volumeMounts"].append({"name": VOLUME_SHM, "mountPath": "/dev/shm"})
         volumes.append(

@@ -7,14 +7,20 @@ accounts, the user namespace) before it writes the document, so this module hold
 naming rules of its own. Its shape::
 
     hub:        {connectUrl, proxyApiUrl, bindUrl, baseUrl, dbUrl, authenticator,
-                 adminUsers, allowedUsers, allowAll, openSignup}
+                 adminUsers, allowedUsers, allowAll, openSignup, namespace}
     singleuser: {namespace, image, imagePullPolicy, imagePullSecrets, workerImage,
                  serviceAccount, workerServiceAccount, gpuResource, defaultUrl, uid,
                  fsGid, startTimeout, cmd, nodeSelector, tolerations, extraEnv,
                  home: {enabled, capacity, storageClassName, mountPath}, profiles}
     shared:     {claimName, mountPath}
-    kueue:      {enabled, localQueue}
+    kueue:      {enabled, localQueue, clusterQueue}
     workers:    {nodeSelector, tolerations, shmSize}
+    tenancy:    {mode, namespaceTemplate, storage: {capacity, storageClassName}, quota}
+    datasets:   [{name, mountPath, nfs: {server, path}, capacity}]
+
+With ``tenancy.mode: namespaces`` each user gets a namespace of their own
+(:func:`configure_user_namespaces`, :mod:`alchemist.hub.kubernetes.tenancy`); with
+``shared`` every user runs in ``singleuser.namespace`` (docs/kubernetes.md, Isolation).
 
 The notebook pod gets the environment the ``kubernetes`` backend reads
 (:func:`backend_environment`): ``ALCHEMIST_BACKEND=kubernetes``, ``ALCHEMIST_HOME``,
@@ -56,7 +62,7 @@ SHARED_VOLUME = "alchemist-shared"
 HOME_VOLUME = "home"
 
 _AUTHENTICATORS = {
-    "native": "nativeauthenticator.NativeAuthenticator",
+    "native": "alchemist.hub.kubernetes.auth.ClusterAuthenticator",
     "dummy": "dummy",
 }
 
@@ -205,8 +211,17 @@ def configure_kubespawner(c: Any, values: Mapping[str, Any]) -> None:
     if not isinstance(extra, Mapping):
         raise HubConfigError("singleuser.extraEnv must be a mapping of NAME: value")
     env.update({str(k): str(v) for k, v in extra.items()})
-    ks.environment = env
     ks.volumes, ks.volume_mounts = make_volumes(values)
+    if per_user_namespaces(values):
+        configure_user_namespaces(ks, values, env)
+    ks.environment = env
+    # Hardened as the `restricted` Pod Security standard asks (user namespaces enforce it).
+    ks.allow_privilege_escalation = False
+    ks.container_security_context = {
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     home = single.get("home") or {}
     if home.get("enabled"):
         ks.storage_pvc_ensure = True
@@ -243,6 +258,67 @@ def configure_kubespawner(c: Any, values: Mapping[str, Any]) -> None:
         }
     }
     ks.profile_list = make_profile_list(profiles, gpu_resource)
+
+
+def per_user_namespaces(values: Mapping[str, Any]) -> bool:
+    """Whether each user gets a namespace of their own (``tenancy.mode: namespaces``)."""
+    mode = str(_section(values, "tenancy").get("mode") or "shared")
+    if mode not in ("namespaces", "shared"):
+        raise HubConfigError(f"tenancy.mode must be 'namespaces' or 'shared', got {mode!r}")
+    return mode == "namespaces"
+
+
+def configure_user_namespaces(ks: Any, values: Mapping[str, Any], env: dict[str, str]) -> None:
+    """One namespace per user (:mod:`alchemist.hub.kubernetes.tenancy`): KubeSpawner puts
+    each notebook in ``<hub namespace>-<user>``, the pre-spawn hook applies that
+    namespace's objects (its accounts, rights, claim, quota and network policy), and the
+    notebook's backend creates jobs there, as ``alchemist-worker``, on the user's claim.
+    The job index lives on the user's own ReadWriteOnce home (one writer, a local
+    filesystem), never on the shared network claim."""
+    from alchemist.hub.kubernetes import tenancy
+
+    tenancy_values = _section(values, "tenancy")
+    ks.enable_user_namespaces = True
+    ks.user_namespace_template = str(
+        tenancy_values.get("namespaceTemplate") or "{hubnamespace}-{username}"
+    )
+    # As the pre-spawn hook labels it (KubeSpawner expands {username}).
+    ks.user_namespace_labels = tenancy.namespace_labels(
+        "{username}", str(_section(values, "hub").get("namespace") or "")
+    )
+    ks.service_account = tenancy.USER_SERVICE_ACCOUNT
+    ks.pre_spawn_hook = tenancy.make_pre_spawn_hook(values)
+    # KubeSpawner expands {namespace} (the user's) in env values.
+    env["ALCHEMIST_K8S_NAMESPACE"] = "{namespace}"
+    env["ALCHEMIST_K8S_PVC"] = tenancy.HOME_CLAIM
+    env["ALCHEMIST_K8S_SERVICE_ACCOUNT"] = tenancy.WORKER_SERVICE_ACCOUNT
+    home = _section(values, "singleuser").get("home") or {}
+    index_dir = (
+        f"{home.get('mountPath') or '/home/jovyan'}/.alchemist" if home.get("enabled") else "/tmp"
+    )
+    env["ALCHEMIST_DB_URL"] = f"sqlite:///{index_dir}/alchemist-index.sqlite"
+    datasets = tenancy.datasets_of(values)
+    if datasets:
+        env["ALCHEMIST_K8S_DATASETS"] = (
+            json.dumps(
+                [{"claim": tenancy.dataset_claim(d), "mountPath": d["mountPath"]} for d in datasets]
+            )
+            .replace("{", "{{")
+            .replace("}", "}}")
+        )
+    volumes, mounts = dict(ks.volumes), dict(ks.volume_mounts)
+    volumes[SHARED_VOLUME] = {
+        "name": SHARED_VOLUME,
+        "persistentVolumeClaim": {"claimName": tenancy.HOME_CLAIM},
+    }
+    for d in datasets:
+        name = tenancy.dataset_claim(d)
+        volumes[name] = {
+            "name": name,
+            "persistentVolumeClaim": {"claimName": name, "readOnly": True},
+        }
+        mounts[name] = {"name": name, "mountPath": d["mountPath"], "readOnly": True}
+    ks.volumes, ks.volume_mounts = volumes, mounts
 
 
 def configure_hub(c: Any, values: Mapping[str, Any]) -> None:
@@ -291,6 +367,11 @@ def configure_hub(c: Any, values: Mapping[str, Any]) -> None:
         c.NativeAuthenticator.open_signup = bool(hub.get("openSignup", False))
         c.NativeAuthenticator.minimum_password_length = 10
         c.NativeAuthenticator.check_common_password = True
+        # As the embedded hub: 5 failed logins lock a name out for 60 s.
+        c.NativeAuthenticator.allowed_failed_logins = 5
+        c.NativeAuthenticator.seconds_before_next_try = 60
+        # Nobody can sign up under an admin's name first (alchemist.hub.kubernetes.auth).
+        c.ClusterAuthenticator.create_admins = sorted(admins)
         # NativeAuthenticator lets admins authorize sign-ups; without allow_all the
         # authorized users must still pass the allow list, so let them in.
         if not allowed:

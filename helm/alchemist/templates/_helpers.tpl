@@ -80,6 +80,7 @@ Helm resolves every name here; the Python side holds no naming rules.
   "adminUsers" .Values.hub.adminUsers
   "allowedUsers" .Values.hub.allowedUsers
   "openSignup" .Values.hub.openSignup
+  "namespace" .Release.Namespace
 -}}
 {{- /* db.type "url": the URL is a secret; the hub reads it from ALCHEMIST_HUB_DB_URL. */ -}}
 {{- if eq .Values.hub.db.type "sqlite-memory" -}}
@@ -114,8 +115,10 @@ Helm resolves every name here; the Python side holds no naming rules.
   "hub" $hub
   "singleuser" $single
   "shared" (dict "claimName" (include "alchemist.sharedClaim" .) "mountPath" .Values.shared.mountPath)
-  "kueue" (dict "enabled" .Values.kueue.enabled "localQueue" .Values.kueue.localQueue)
+  "kueue" (dict "enabled" .Values.kueue.enabled "localQueue" .Values.kueue.localQueue "clusterQueue" .Values.kueue.clusterQueue)
   "workers" .Values.workers
+  "tenancy" .Values.tenancy
+  "datasets" .Values.datasets
 -}}
 {{- toYaml $doc -}}
 {{- end -}}

@@ -12,7 +12,11 @@ ENVIRONMENT.md), so the operations of the Kubernetes backend are tested against 
 - :class:`Kubelet`: the test plays the Job controller and the kubelet: it creates a
   pod per completion index from the Job's template, moves pods through their phases,
   sets pod logs, and derives the Job's status and conditions (backoffLimit and
-  podFailurePolicy included) the way the Job controller does, simplified.
+  podFailurePolicy included) the way the Job controller does, simplified. When the
+  namespace holds ResourceQuotas (stored with ``put``; listed over HTTP like the other
+  kinds), it also plays the quota admission (a pod over a quota's ``spec.hard`` is not
+  created: a FailedCreate event with the API server's "exceeded quota" message) and the
+  quota controller (``status.used`` from the live pods).
 - :class:`ProcessKubelet`: a Kubelet that really runs each pod's container command as a
   local process, with the env the pod would get (``JOB_COMPLETION_INDEX`` from its
   annotation, ``$(VAR)`` expansion) and the headless Service's pod names resolved to
@@ -55,7 +59,13 @@ _PATH_RE = re.compile(
     r"^/(?:api/v1|apis/(?P<group>[a-z.]+)/v1)/namespaces/(?P<ns>[^/]+)/(?P<plural>[a-z]+)"
     r"(?:/(?P<name>[^/]+)(?:/(?P<sub>[a-z]+))?)?$"
 )
-_KINDS = {"jobs": "Job", "services": "Service", "pods": "Pod", "events": "Event"}
+_KINDS = {
+    "jobs": "Job",
+    "services": "Service",
+    "pods": "Pod",
+    "events": "Event",
+    "resourcequotas": "ResourceQuota",
+}
 
 
 def now_iso() -> str:
@@ -395,18 +405,90 @@ class Kubelet:
                 continue
             if pod is not None and pod["status"].get("phase") == "Failed" and _terminal(job):
                 continue
-            if self.quota_exceeded:
+            refused = self.quota_exceeded or self.quota_admission(job["spec"]["template"])
+            if refused:
                 self.server.event(
                     self.namespace,
                     "Job",
                     name,
                     "FailedCreate",
-                    f'Error creating: pods "{name}-{idx}-x" is forbidden: {self.quota_exceeded}',
+                    f'Error creating: pods "{name}-{idx}-x" is forbidden: {refused}',
                 )
                 continue
             self._create_pod(job, idx)
+            self.account_quotas()
         self._update_job(name)
         return self.pods(name)
+
+    # -- the ResourceQuota admission and controller (only when the namespace has quotas) --
+    def quota_usage(self, pod_template: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What the namespace's live pods hold, per quota key (or one pod of a template).
+
+        Simplified like the rest: ``pods``, ``requests.<r>`` (and bare ``cpu``/``memory``)
+        from container requests, ``limits.<r>`` from limits; parsed with the
+        ``kubernetes`` client's ``parse_quantity``.
+        """
+        from decimal import Decimal
+
+        from kubernetes.utils.quantity import parse_quantity
+
+        if pod_template is not None:
+            pods = [pod_template]
+        else:
+            pods = [
+                p
+                for p in self.server.list("pods", self.namespace)
+                if p["status"].get("phase") not in ("Succeeded", "Failed")
+            ]
+        out: dict[str, Decimal] = {"pods": Decimal(len(pods))}
+        for pod in pods:
+            for c in pod["spec"].get("containers") or []:
+                res = c.get("resources") or {}
+                for prefix in ("requests", "limits"):
+                    for r, q in (res.get(prefix) or {}).items():
+                        for key in [f"{prefix}.{r}"] + ([r] if prefix == "requests" else []):
+                            out[key] = out.get(key, Decimal(0)) + parse_quantity(q)
+        return out
+
+    def quota_admission(self, pod_template: dict[str, Any]) -> str | None:
+        """The API server's quota check of one new pod: None, or its refusal message."""
+        from kubernetes.utils.quantity import parse_quantity
+
+        quotas = self.server.list("resourcequotas", self.namespace)
+        if not quotas:
+            return None
+        used = self.quota_usage()
+        asks = self.quota_usage(pod_template)
+        for q in quotas:
+            hard = q["spec"].get("hard") or {}
+            over = [
+                k
+                for k in hard
+                if asks.get(k, 0) and used.get(k, 0) + asks[k] > parse_quantity(hard[k])
+            ]
+            if over:
+                requested = ",".join(f"{k}={asks[k]}" for k in over)
+                in_use = ",".join(f"{k}={used.get(k, 0)}" for k in over)
+                limited = ",".join(f"{k}={hard[k]}" for k in over)
+                return (
+                    f"exceeded quota: {q['metadata']['name']}, requested: {requested},"
+                    f" used: {in_use}, limited: {limited}"
+                )
+        return None
+
+    def account_quotas(self) -> None:
+        """The quota controller: every quota's ``status.used`` from the live pods."""
+        quotas = self.server.list("resourcequotas", self.namespace)
+        if not quotas:
+            return
+        used = self.quota_usage()
+        for q in quotas:
+            hard = q["spec"].get("hard") or {}
+            q["status"] = {
+                "hard": dict(hard),
+                "used": {k: str(used.get(k, 0)) for k in hard},
+            }
+            self.server.put("resourcequotas", q)
 
     def _create_pod(self, job: dict[str, Any], idx: int) -> None:
         tmpl = copy.deepcopy(job["spec"]["template"])
@@ -565,6 +647,7 @@ class Kubelet:
             )
         self.server.put("pods", pod)
         self._update_job(name)
+        self.account_quotas()  # an ended pod no longer holds quota
 
     def log(self, name: str, idx: int, text: str) -> None:
         """Append ``text`` to pod ``idx``'s log."""

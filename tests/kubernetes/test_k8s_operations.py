@@ -81,7 +81,10 @@ def test_submit_creates_exactly_the_dry_run(env: Env, alchemist_home: Path) -> N
     assert svc["spec"] == svc_doc["spec"]
     # the Service is owned by the Job, so it is deleted with it
     assert svc["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
-    assert [m for m, _ in server.requests] == ["POST", "POST"]
+    # the namespace's quotas are read first (a job that can never fit is refused before
+    # anything exists), then exactly the two objects are created
+    assert server.requests[0] == ("GET", "/api/v1/namespaces/default/resourcequotas")
+    assert [m for m, _ in server.requests[1:]] == ["POST", "POST"]
     assert backend.status(req).state is JobState.PENDING
 
 

@@ -27,7 +27,7 @@ from traitlets import MetaHasTraits
 
 from alchemist.backends.api import Backend, DryRunInfo, JobRequest
 from alchemist.backends.kubernetes import manifests as mf
-from alchemist.backends.kubernetes import slugs
+from alchemist.backends.kubernetes import quota, slugs
 from alchemist.backends.kubernetes.config import KubernetesConfig, load_jupyter_config
 from alchemist.backends.kubernetes.status import (
     api_error,
@@ -79,8 +79,12 @@ class KubernetesBackend(KubernetesConfig, Backend, metaclass=_Meta):
 
     Guarantees (beyond :class:`~alchemist.backends.api.Backend`'s):
 
-    - ``submit`` creates the Job, then the Service; if the Service cannot be created the
-      Job is deleted again and the error raised, so nothing half-made is left behind.
+    - ``submit`` first compares the job with the namespace's ResourceQuotas (when it may
+      read them): a job that alone exceeds a hard limit is refused with a
+      :class:`CapacityError` and nothing is created; one that fits but finds too little
+      free is created, with a warning, and waits. Then it creates the Job, then the
+      Service; if the Service cannot be created the Job is deleted again and the error
+      raised, so nothing half-made is left behind.
     - ``status`` reads the Job, its pods and (while pods are missing) the Job's events;
       a pending pod's reason (unschedulable, image pull, quota) is the status reason.
     - ``cancel`` deletes the Job with background propagation (its pods and Service go
@@ -174,6 +178,7 @@ class KubernetesBackend(KubernetesConfig, Backend, metaclass=_Meta):
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(mf.Settings)}
         values["node_selector"] = dict(self.node_selector)
         values["tolerations"] = [dict(t) for t in self.tolerations]
+        values["datasets"] = [dict(d) for d in self.datasets]
         return mf.Settings(**values)
 
     def _where(self, req: JobRequest) -> tuple[str, str]:
@@ -204,6 +209,10 @@ class KubernetesBackend(KubernetesConfig, Backend, metaclass=_Meta):
         job_manifest, svc_manifest = info.request["manifests"]
         ns = job_manifest["metadata"]["namespace"]
         name = job_manifest["metadata"]["name"]
+        quotas = self._quotas(ns)
+        quota_wait = quota.check(job_manifest, quotas) if quotas else None
+        if quota_wait and quota_wait not in info.warnings:
+            info.warnings.append(quota_wait)
         with self._api(f"create Job {name}", ns):
             job = self._call(self._batch.create_namespaced_job, ns, job_manifest)
         svc = copy.deepcopy(svc_manifest)
@@ -224,6 +233,7 @@ class KubernetesBackend(KubernetesConfig, Backend, metaclass=_Meta):
                     "job": name,
                     "uid": job.get("metadata", {}).get("uid"),
                     "submitted": time.time(),
+                    **({"quota_wait": quota_wait} if quota_wait else {}),
                 }
             },
         )
@@ -286,7 +296,7 @@ class KubernetesBackend(KubernetesConfig, Backend, metaclass=_Meta):
         events: list[dict[str, Any]] = []
         if len(latest_pods(pods)) < req.spec.workers and not _terminal_job(job):
             events = self._events(ns, name)
-        status = status_from_objects(job, pods, events)
+        status = status_from_objects(job, pods, events, (record or {}).get("quota_wait"))
         if record and record.get("cancelling"):
             status = JobStatus(JobState.CANCELLED, "cancelled by the user", finished=time.time())
         elif status.state is JobState.FAILED and "timeout" not in (status.reason or ""):
@@ -334,6 +344,23 @@ class KubernetesBackend(KubernetesConfig, Backend, metaclass=_Meta):
             except BackendError as e:
                 if not _is_404(e):
                     raise
+
+    def _quotas(self, ns: str) -> list[dict[str, Any]] | None:
+        """The namespace's ResourceQuotas, or None when the API will not list them.
+
+        A refusal (403: the Role may not read quotas; or any other API error) means no
+        check, never a failed submission: the API server enforces the quotas anyway, pod
+        by pod. Only an unreachable API server is an error (the Job could not be
+        created either).
+        """
+        try:
+            with self._api("list the resource quotas", ns):
+                data = self._call(self._core.list_namespaced_resource_quota, ns)
+        except BackendError as e:
+            if getattr(e.__cause__, "status", None) is not None:
+                return None
+            raise
+        return list(data.get("items") or [])
 
     def _pods(self, ns: str, job_id: str) -> list[dict[str, Any]]:
         selector = ",".join(f"{k}={v}" for k, v in mf.selector_labels(job_id).items())

@@ -139,7 +139,10 @@ def job_state_only(job: dict[str, Any]) -> JobState:
 
 
 def status_from_objects(
-    job: dict[str, Any], pods: list[dict[str, Any]], events: list[dict[str, Any]] | None = None
+    job: dict[str, Any],
+    pods: list[dict[str, Any]],
+    events: list[dict[str, Any]] | None = None,
+    quota_wait: str | None = None,
 ) -> JobStatus:
     """The :class:`JobStatus` of a job from its Job, its pods and the Job's events.
 
@@ -148,7 +151,9 @@ def status_from_objects(
     ``Suspended`` means queued (Kueue). Otherwise the job is RUNNING once every
     worker's newest pod runs, RESTARTING while a failed pod is being replaced, else
     PENDING, with the first problem (unschedulable, image pull, pod creation refused by
-    a quota) as the reason.
+    a quota) as the reason. ``quota_wait`` (what :func:`.quota.check` said at submission:
+    the namespace's quota had too little free) is the reason while workers are missing
+    and nothing more precise is known (no events, or no right to read them).
     """
     conds = _conditions(job)
     workers = int(job.get("spec", {}).get("completions") or 1)
@@ -242,6 +247,8 @@ def status_from_objects(
                     ev.get("message") or ""
                 )
                 break
+    if why is None and len(newest) < workers and quota_wait:
+        why = f"queued: {quota_wait}"
     if failures and len(up) < workers:
         state = JobState.RESTARTING
         if why is None:

@@ -340,6 +340,25 @@ def test_hub_config_in_namespaces_mode_points_at_each_users_own_objects(helm: st
             "namespace": "alchemist",
         }
     ]
+    # Each user's RoleBinding grants the chart's users' ClusterRole, whose rules are the
+    # one list tenancy.USER_RULES; the hub may bind exactly that ClusterRole.
+    (users_role,) = find(docs, "ClusterRole", "-user")
+    assert rules(users_role) == rules({"rules": USER_RULES})
+    (user_binding,) = [o for o in objects if o["kind"] == "RoleBinding"]
+    assert user_binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": users_role["metadata"]["name"],
+    }
+    (hub_role,) = find(docs, "ClusterRole", "-hub")
+    (bind_rule,) = [r for r in hub_role["rules"] if "bind" in r["verbs"]]
+    assert bind_rule == {
+        "apiGroups": ["rbac.authorization.k8s.io"],
+        "resources": ["clusterroles"],
+        "resourceNames": [users_role["metadata"]["name"]],
+        "verbs": ["bind"],
+    }
+    assert not [r for r in hub_role["rules"] if "escalate" in r["verbs"]]
 
 
 def test_rendered_jupyterhub_config_runs(helm: str, tmp_path: Path) -> None:

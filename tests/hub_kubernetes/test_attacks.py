@@ -251,10 +251,10 @@ def test_alice_cannot_corrupt_bobs_or_everyones_job_index(two: Cluster) -> None:
     assert places["bob"] not in {(alice.namespace, c) for c in alice.claims()}
 
 
-def test_shared_mode_protects_none_of_this(helm: str, kubeconfig: Path) -> None:
+def test_shared_mode_protects_only_the_index(helm: str, kubeconfig: Path) -> None:
     """``tenancy.mode: shared`` is for one team whose members trust each other: these
-    assertions document what it does NOT protect, so that nobody mistakes it for
-    isolation."""
+    assertions document what it does NOT protect (attacks 1 to 3), so that nobody
+    mistakes it for isolation; only the job index is each user's own."""
     c = cluster(helm, "tenancy.mode=shared")
     alice, bob = c.users["alice"], c.users["bob"]
     rbac = RBAC(c.docs)
@@ -275,8 +275,13 @@ def test_shared_mode_protects_none_of_this(helm: str, kubeconfig: Path) -> None:
         "",
     ) in shared
     assert alice.env["ALCHEMIST_HOME"] == bob.env["ALCHEMIST_HOME"]
-    # 4: the index defaults to SQLite inside that shared ALCHEMIST_HOME.
-    assert "ALCHEMIST_DB_URL" not in alice.env
+    # 4 is the one attack shared mode blunts: each index is on its user's own home claim
+    # (ReadWriteOnce, one writer), not in the ALCHEMIST_HOME everyone shares.
+    for t in (alice, bob):
+        assert t.env["ALCHEMIST_DB_URL"].startswith("sqlite:////home/jovyan/.alchemist/")
+        assert not t.env["ALCHEMIST_DB_URL"].startswith(f"sqlite:///{t.env['ALCHEMIST_HOME']}/")
+    assert alice.home_claim["metadata"]["name"] != bob.home_claim["metadata"]["name"]
+    assert alice.home_claim["spec"]["accessModes"] == ["ReadWriteOnce"]
     # And no NetworkPolicy, no per-user quota, no Pod Security labels.
     assert not find(c.docs, "NetworkPolicy") and not find(c.docs, "ResourceQuota")
     assert not find(c.docs, "Namespace")

@@ -43,6 +43,7 @@ KUEUE_SCHEMAS = json.loads(
     (Path(__file__).resolve().parents[1] / "helm" / "kueue_v1beta1.schema.json").read_text()
 )["kinds"]
 HUB_SA = service_account(HUB_NAMESPACE, "demo-alchemist-hub")
+RBAC_GROUP = "rbac.authorization.k8s.io"
 #: Server-filled fields, not part of what the hub applies.
 SERVER_FIELDS = ("uid", "creationTimestamp", "resourceVersion")
 
@@ -82,7 +83,6 @@ def test_every_user_object_is_valid_kubernetes(
     wanted = {
         "Namespace",
         "ServiceAccount",
-        "Role",
         "RoleBinding",
         "PersistentVolumeClaim",
         "ResourceQuota",
@@ -269,12 +269,24 @@ def test_hub_may_make_every_user_object_and_spawn_there(two: Cluster) -> None:
                     verb,
                     obj["kind"],
                 )
-        role = tenancy.USER_SERVICE_ACCOUNT
-        assert rbac.can(HUB_SA, "bind", "rbac.authorization.k8s.io", "roles", t.namespace, role)
+        (binding,) = t.of_kind("RoleBinding")
+        role = binding["roleRef"]["name"]
+        assert binding["roleRef"]["kind"] == "ClusterRole"
+        assert rbac.can(HUB_SA, "bind", RBAC_GROUP, "clusterroles", None, role)
         for verb in ("create", "delete", "get"):
             assert rbac.can(HUB_SA, verb, "", "pods", t.namespace)
             assert rbac.can(HUB_SA, verb, "", "persistentvolumeclaims", t.namespace)
         assert not rbac.can(HUB_SA, "get", "", "secrets", t.namespace)
+    # The hub grants only that ClusterRole: it cannot write a Role or ClusterRole of its
+    # own, escalate, or bind another role (cluster-admin) anywhere, so it cannot give
+    # itself or a user a right it does not hold.
+    for ns in (None, HUB_NAMESPACE, "kube-system", two.users["alice"].namespace):
+        for resource in ("roles", "clusterroles"):
+            for verb in ("create", "patch", "update", "escalate"):
+                assert not rbac.can(HUB_SA, verb, RBAC_GROUP, resource, ns), (verb, resource)
+        for other in ("cluster-admin", "admin", "edit", HUB_SA.name):
+            assert not rbac.can(HUB_SA, "bind", RBAC_GROUP, "clusterroles", ns, other)
+            assert not rbac.can(HUB_SA, "bind", RBAC_GROUP, "roles", ns, other)
     # KubeSpawner's reflectors watch pods and events in every namespace.
     for resource in ("pods", "events"):
         for verb in ("list", "watch"):

@@ -212,6 +212,10 @@ def configure_kubespawner(c: Any, values: Mapping[str, Any]) -> None:
         raise HubConfigError("singleuser.extraEnv must be a mapping of NAME: value")
     env.update({str(k): str(v) for k, v in extra.items()})
     ks.volumes, ks.volume_mounts = make_volumes(values)
+    # Each user's own index, in both modes (singleuser.extraEnv may name a server).
+    url = index_url(values)
+    if url:
+        env.setdefault("ALCHEMIST_DB_URL", url)
     if per_user_namespaces(values):
         configure_user_namespaces(ks, values, env)
     ks.environment = env
@@ -260,6 +264,17 @@ def configure_kubespawner(c: Any, values: Mapping[str, Any]) -> None:
     ks.profile_list = make_profile_list(profiles, gpu_resource)
 
 
+def index_url(values: Mapping[str, Any]) -> str | None:
+    """The job index of each user: a SQLite file on the user's own ReadWriteOnce home
+    (one writer pod, one node, a local filesystem; never a file opened from two hosts),
+    or None when notebooks have no home volume. The index is rebuilt from the job
+    directories whenever it is lost."""
+    home = _section(values, "singleuser").get("home") or {}
+    if not home.get("enabled"):
+        return None
+    return f"sqlite:///{home.get('mountPath') or '/home/jovyan'}/.alchemist/alchemist-index.sqlite"
+
+
 def per_user_namespaces(values: Mapping[str, Any]) -> bool:
     """Whether each user gets a namespace of their own (``tenancy.mode: namespaces``)."""
     mode = str(_section(values, "tenancy").get("mode") or "shared")
@@ -292,11 +307,6 @@ def configure_user_namespaces(ks: Any, values: Mapping[str, Any], env: dict[str,
     env["ALCHEMIST_K8S_NAMESPACE"] = "{namespace}"
     env["ALCHEMIST_K8S_PVC"] = tenancy.HOME_CLAIM
     env["ALCHEMIST_K8S_SERVICE_ACCOUNT"] = tenancy.WORKER_SERVICE_ACCOUNT
-    home = _section(values, "singleuser").get("home") or {}
-    index_dir = (
-        f"{home.get('mountPath') or '/home/jovyan'}/.alchemist" if home.get("enabled") else "/tmp"
-    )
-    env["ALCHEMIST_DB_URL"] = f"sqlite:///{index_dir}/alchemist-index.sqlite"
     datasets = tenancy.datasets_of(values)
     if datasets:
         env["ALCHEMIST_K8S_DATASETS"] = (

@@ -7,9 +7,11 @@ notebook pod there, applies the objects :func:`user_objects` lists:
 
 - the **Namespace**, labelled to enforce the ``restricted`` Pod Security standard (no
   privileged pods, no host paths, no root, no added capabilities);
-- **ServiceAccount** ``alchemist-user`` (the notebook pod's) with a **Role** and
-  **RoleBinding** over Jobs, Services, pods (read) and pod logs *in that namespace
-  only*: what the ``kubernetes`` backend needs, nothing more (no Secrets, no claims);
+- **ServiceAccount** ``alchemist-user`` (the notebook pod's) with a **RoleBinding** of
+  the chart's ClusterRole ``<hub>-user`` (:data:`USER_RULES`: Jobs, Services, pods
+  (read), pod logs, events, quotas) *in that namespace only*: what the ``kubernetes``
+  backend needs, nothing more (no Secrets, no claims). The hub binds that one
+  ClusterRole and writes no Role, so it holds no ``escalate`` right;
 - **ServiceAccount** ``alchemist-worker`` (the worker pods'), with no token;
 - **PersistentVolumeClaim** ``alchemist-home`` (ReadWriteMany): the user's
   ``ALCHEMIST_HOME``, mounted at the same path in their notebook and worker pods and in
@@ -121,6 +123,22 @@ def datasets_of(values: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def user_cluster_role(values: Mapping[str, Any]) -> str:
+    """The chart's ClusterRole holding :data:`USER_RULES` (``tenancy.userClusterRole``,
+    set by the chart's helpers to ``<hub name>-user``).
+
+    Raises:
+        HubConfigError: the hub config names none.
+    """
+    name = (values.get("tenancy") or {}).get("userClusterRole")
+    if not name:
+        raise HubConfigError(
+            "tenancy.userClusterRole is missing: the chart sets it (the ClusterRole of the"
+            " users' rights); a hand-written hub config must name that ClusterRole"
+        )
+    return str(name)
+
+
 def dataset_claim(dataset: Mapping[str, Any]) -> str:
     return f"dataset-{dataset['name']}"
 
@@ -156,12 +174,9 @@ def user_objects(values: Mapping[str, Any], username: str, namespace: str) -> li
             "automountServiceAccountToken": False,
         },
         {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": _meta(USER_SERVICE_ACCOUNT, namespace, username),
-            "rules": [dict(r) for r in USER_RULES],
-        },
-        {
+            # The chart's ClusterRole of USER_RULES, granted in this namespace only. The hub
+            # may bind that one ClusterRole and write no Role: it cannot grant a right it
+            # was not given (no `escalate`), here or anywhere else.
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
             "metadata": _meta(USER_SERVICE_ACCOUNT, namespace, username),
@@ -170,8 +185,8 @@ def user_objects(values: Mapping[str, Any], username: str, namespace: str) -> li
             ],
             "roleRef": {
                 "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": USER_SERVICE_ACCOUNT,
+                "kind": "ClusterRole",
+                "name": user_cluster_role(values),
             },
         },
         {
@@ -281,7 +296,6 @@ _PATHS = {
     "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims", True),
     "PersistentVolume": ("/api/v1", "persistentvolumes", False),
     "ResourceQuota": ("/api/v1", "resourcequotas", True),
-    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
     "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies", True),
     "LocalQueue": ("/apis/kueue.x-k8s.io/v1beta1", "localqueues", True),

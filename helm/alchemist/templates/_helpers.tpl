@@ -117,7 +117,7 @@ Helm resolves every name here; the Python side holds no naming rules.
   "shared" (dict "claimName" (include "alchemist.sharedClaim" .) "mountPath" .Values.shared.mountPath)
   "kueue" (dict "enabled" .Values.kueue.enabled "localQueue" .Values.kueue.localQueue "clusterQueue" .Values.kueue.clusterQueue)
   "workers" .Values.workers
-  "tenancy" .Values.tenancy
+  "tenancy" (merge (dict "userClusterRole" (printf "%s-user" (include "alchemist.hubName" .))) .Values.tenancy)
   "datasets" .Values.datasets
 -}}
 {{- toYaml $doc -}}

@@ -16,7 +16,8 @@ stands in for the hub's, with a Secret and a service account like the hub's. The
   a privileged pod, a hostPath pod and an inline-NFS pod are refused, a pod hardened as
   Alchemist's workers are is admitted.
 
-Everything the test made is deleted at the end (the three namespaces). Run:
+Everything the test made is deleted at the end (the three namespaces and the users'
+ClusterRole, made here as the chart makes it). Run:
 ``pytest -m k8s tests/k8s_real/test_k8s_attacks.py``.
 """
 
@@ -38,6 +39,8 @@ pytestmark = pytest.mark.k8s
 PREFIX = f"alchemist-attack-{os.getpid():x}"
 HUB_NS = f"{PREFIX}-hub"
 CHART_VALUES = Path(__file__).resolve().parents[2] / "helm" / "alchemist" / "values.yaml"
+#: The users' ClusterRole, as the chart makes it (its rules are tenancy.USER_RULES).
+USERS_ROLE = f"{PREFIX}-user"
 
 
 def hub_values() -> dict[str, Any]:
@@ -45,7 +48,7 @@ def hub_values() -> dict[str, Any]:
     chart = yaml.safe_load(CHART_VALUES.read_text())
     return {
         "hub": {"namespace": HUB_NS},
-        "tenancy": chart["tenancy"],
+        "tenancy": {**chart["tenancy"], "userClusterRole": USERS_ROLE},
         "datasets": chart["datasets"],
         "kueue": {"enabled": False},
     }
@@ -100,6 +103,12 @@ def cluster() -> Iterator[Any]:
             HUB_NS, {"metadata": {"name": "hub-secret"}, "stringData": {"proxy-token": "x"}}
         )
         core.create_namespaced_service_account(HUB_NS, {"metadata": {"name": "hub"}})
+        from alchemist.hub.kubernetes import tenancy
+
+        rbac: Any = client.RbacAuthorizationV1Api(api)
+        rbac.create_cluster_role(
+            {"metadata": {"name": USERS_ROLE}, "rules": [dict(r) for r in tenancy.USER_RULES]}
+        )
         made += [user_namespace("alice"), user_namespace("bob")]
         asyncio.run(_apply_users(hub_values()))
         yield api
@@ -109,6 +118,10 @@ def cluster() -> Iterator[Any]:
                 core.delete_namespace(ns)
             except ApiException:
                 pass
+        try:
+            client.RbacAuthorizationV1Api(api).delete_cluster_role(USERS_ROLE)
+        except ApiException:
+            pass
         api.close()
 
 

@@ -51,3 +51,8 @@ class CapacityError(AlchemistError):
 class HubConfigError(AlchemistError, ValueError):
     """A hub setting is invalid: an ``ALCHEMIST_HUB_*`` variable of the embedded hub or a
     chart value of the Kubernetes hub (the message names the variable or key and the fix)."""
+
+
+class CheckpointError(AlchemistError):
+    """A checkpoint cannot be loaded as asked (the message names the file, what stopped
+    the load and the fix)."""

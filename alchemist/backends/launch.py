@@ -5,12 +5,27 @@ process per GPU (or one on CPU); every process runs ``python -m alchemist.runtim
 JOB_DIR``. The local backend runs a single launcher for all workers; Kubernetes runs
 one launcher per pod with ``--nnodes`` = workers and ``--node-rank`` from the pod's
 completion index.
+
+A local job's launcher listens on loopback only: ``python -m alchemist.backends.launch
+torch.distributed.run ARGS`` is torchrun with its rendezvous store bound to 127.0.0.1
+(:func:`loopback_torchrun` says how and why).
 """
 
 from __future__ import annotations
 
+import runpy
+import socket
+import sys
+from typing import Any
+
 from alchemist.jobdir import JobDir
 from alchemist.spec import JobSpec
+
+#: The address a local job's rendezvous store listens on and its ranks connect to (the
+#: parameter server of ``async``/``easgd`` then binds it too: ``_ps.advertised_host``).
+LOOPBACK = "127.0.0.1"
+#: The one program :func:`loopback_torchrun` runs.
+TORCHRUN = "torch.distributed.run"
 
 #: Environment variables every worker process gets (besides the user's ``--env``).
 RUNTIME_MODULE = "alchemist.runtime"
@@ -34,27 +49,23 @@ def torchrun_args(
     spec: JobSpec,
     *,
     nnodes: int = 1,
-    node_rank: str | int | None = None,
-    master_addr: str | None = None,
-    master_port: int | str | None = None,
+    node_rank: str | int,
+    master_addr: str,
+    master_port: int | str,
     nproc_per_node: int | None = None,
 ) -> list[str]:
-    """Arguments of ``torch.distributed.run`` (without the program).
-
-    With ``master_addr`` unset the launcher runs standalone (a single node that picks a
-    free port), which is what the local backend uses.
-    """
+    """Arguments of ``torch.distributed.run`` (without the program): a static rendezvous
+    on ``master_addr:master_port`` (never ``--standalone``, whose store listens on every
+    interface; the local backend's goes through :func:`local_launcher_args`)."""
     nproc = nproc_per_node if nproc_per_node is not None else spec.procs_per_worker
-    args = [f"--nproc-per-node={nproc}", f"--max-restarts={spec.max_restarts}"]
-    if master_addr is None:
-        args.insert(0, "--standalone")
-    else:
-        args += [
-            f"--nnodes={nnodes}",
-            f"--node-rank={node_rank}",
-            f"--master-addr={master_addr}",
-            f"--master-port={master_port}",
-        ]
+    args = [
+        f"--nproc-per-node={nproc}",
+        f"--max-restarts={spec.max_restarts}",
+        f"--nnodes={nnodes}",
+        f"--node-rank={node_rank}",
+        f"--master-addr={master_addr}",
+        f"--master-port={master_port}",
+    ]
     # Poll worker health twice a second: the default 5 s makes short jobs and failure
     # detection slow.
     args.append("--monitor-interval=0.5")
@@ -63,3 +74,83 @@ def torchrun_args(
 
 def runtime_args(job_dir: JobDir) -> list[str]:
     return ["-m", RUNTIME_MODULE, str(job_dir.root)]
+
+
+def local_launcher_args(spec: JobSpec, nproc_per_node: int) -> list[str]:
+    """Python arguments (after the interpreter) of a local job's launcher: one node,
+    ``nproc_per_node`` ranks, its rendezvous store on loopback (see :func:`loopback_torchrun`;
+    port 0 there means a free one, picked at launch)."""
+    return [
+        "-m",
+        "alchemist.backends.launch",
+        TORCHRUN,
+        *torchrun_args(
+            spec,
+            nnodes=1,
+            node_rank=0,
+            master_addr=LOOPBACK,
+            master_port=0,
+            nproc_per_node=nproc_per_node,
+        ),
+    ]
+
+
+_STORE: Any = None  # the loopback store server; lives as long as this launcher
+
+
+def loopback_torchrun(argv: list[str]) -> None:
+    """Run ``torch.distributed.run ARGV[1:]`` in this process with its rendezvous store
+    listening on ``--master-addr`` (a loopback address) only.
+
+    Why not torchrun alone: torch's TCPStore server listens on every interface (``::``)
+    whatever host it is given, so any machine that reaches this one could reach a local
+    job's store. Its one way to listen elsewhere is a listening socket handed over with
+    ``master_listen_fd``, and torchrun's static rendezvous (``--master-addr/--master-port``)
+    opens its one store as a multi-tenant TCPStore, which reuses the server this process
+    already runs on that port. So: bind ``--master-addr`` (``--master-port=0``: a free
+    port, with no window for another process to take it), start the store server on
+    that socket, write its port into ``--master-port`` and run torchrun, whose
+    rendezvous, agent and ranks then all use that store.
+
+    Raises:
+        SystemExit: ``argv`` is not ``torch.distributed.run`` with ``--master-addr=`` a
+            loopback address and ``--master-port=``.
+    """
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    global _STORE
+    if not argv or argv[0] != TORCHRUN:
+        raise SystemExit(f"usage: python -m alchemist.backends.launch {TORCHRUN} ARGS")
+    args = argv[1:]
+    # torchrun's own options end at the program (a script, or -m MODULE).
+    end = next((i for i, a in enumerate(args) if not a.startswith("-") or a == "-m"), len(args))
+    opts = {a.split("=", 1)[0]: i for i, a in enumerate(args[:end]) if "=" in a}
+    if "--master-addr" not in opts or "--master-port" not in opts:
+        raise SystemExit("the loopback launcher needs --master-addr=ADDR and --master-port=PORT")
+    addr = args[opts["--master-addr"]].split("=", 1)[1]
+    if addr not in (LOOPBACK, "localhost"):
+        raise SystemExit(f"the loopback launcher binds {LOOPBACK} only, not --master-addr={addr}")
+    port = int(args[opts["--master-port"]].split("=", 1)[1])
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((LOOPBACK, port))
+    sock.listen(128)
+    port = int(sock.getsockname()[1])
+    _STORE = dist.TCPStore(
+        LOOPBACK,
+        port,
+        is_master=True,
+        multi_tenant=True,
+        wait_for_workers=False,
+        timeout=timedelta(minutes=30),
+        master_listen_fd=sock.detach(),  # the store server owns the socket from here
+    )
+    args[opts["--master-addr"]] = f"--master-addr={LOOPBACK}"
+    args[opts["--master-port"]] = f"--master-port={port}"
+    sys.argv = [TORCHRUN, *args]
+    runpy.run_module(TORCHRUN, run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    loopback_torchrun(sys.argv[1:])

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
 import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from alchemist.errors import CheckpointError
 from alchemist.jobdir import atomic_write_bytes
 from alchemist.runtime.context import context
 
@@ -160,16 +162,30 @@ def _checkpoints(directory: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def restore(map_location: Any = None) -> dict[str, Any] | None:
+def restore(map_location: Any = None, *, weights_only: bool = True) -> dict[str, Any] | None:
     """The latest checkpoint as ``{"step": int, "state": dict}``, or None if there is none.
 
     A restarted job calls this at the start of training to resume where it stopped.
     Every rank calls it; rank 0 chooses the checkpoint and all ranks load that one, so
     the ranks resume from the same step.
+
+    Args:
+        map_location: where tensors go (default: this rank's device).
+        weights_only: load with torch's safe loader (the default), which rebuilds only
+            tensors, containers and plain values, so a checkpoint file cannot run code
+            when it is loaded. ``False`` loads any Python object (your own classes,
+            numpy values) by unpickling the file, which runs whatever code the file
+            names: pass it only for checkpoints you trust, that no one else could have
+            written.
+
+    Raises:
+        CheckpointError: the safe loader refused the checkpoint (the message says what
+            it holds and how to opt out).
     """
     import torch
 
-    ckpts = _checkpoints(_checkpoint_dir())
+    directory = _checkpoint_dir()
+    ckpts = _checkpoints(directory)
     chosen: list[str | None] = [ckpts[-1].name if ckpts else None]
     if _dist_ready():
         import torch.distributed as dist
@@ -178,10 +194,34 @@ def restore(map_location: Any = None) -> dict[str, Any] | None:
     if chosen[0] is None:
         return None
     loc = map_location if map_location is not None else context().device
-    ckpt: dict[str, Any] = torch.load(
-        _checkpoint_dir() / chosen[0], map_location=loc, weights_only=False
-    )
+    try:
+        ckpt: dict[str, Any] = torch.load(
+            directory / chosen[0], map_location=loc, weights_only=weights_only
+        )
+    except pickle.UnpicklingError as e:
+        if not weights_only:
+            raise
+        raise CheckpointError(
+            f"restore() refused checkpoint {directory / chosen[0]}: {_refusal(str(e))};"
+            " if you trust the file, call alchemist.restore(weights_only=False)"
+        ) from e
     return ckpt
+
+
+_UNSUPPORTED_GLOBAL_RE = re.compile(r"Unsupported global: GLOBAL (\S+)")
+
+
+def _refusal(message: str) -> str:
+    """Why torch's safe loader refused a file, from its multi-paragraph message, in a clause."""
+    found = _UNSUPPORTED_GLOBAL_RE.search(message)
+    if found:
+        return (
+            f"it uses {found.group(1)}, which the safe loader does not load because loading"
+            " arbitrary objects can run code"
+        )
+    _, _, reason = message.partition("WeightsUnpickler error:")
+    first = next((line.strip() for line in reason.splitlines() if line.strip()), "")
+    return f"the safe loader cannot read it ({first or 'no reason given'})"
 
 
 def restart_count() -> int:

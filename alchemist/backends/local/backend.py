@@ -9,6 +9,7 @@ CUDA is initialised only in the fresh worker processes.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -16,7 +17,7 @@ from typing import Any
 
 from alchemist import outcomes
 from alchemist.backends.api import Backend, DryRunInfo, JobRequest, format_command
-from alchemist.backends.launch import runtime_args, torchrun_args, worker_env
+from alchemist.backends.launch import LOOPBACK, local_launcher_args, runtime_args, worker_env
 from alchemist.backends.local.admission import Capacity
 from alchemist.backends.local.procs import CANCEL_MARKER, alive, job_processes, read_pid, terminate
 from alchemist.errors import CapacityError, JobNotFoundError
@@ -53,6 +54,16 @@ def _cpu_slots() -> int:
     return slots if slots is not None else os.cpu_count() or 1
 
 
+def _loopback_interface() -> str | None:
+    """The name of the network interface that carries 127.0.0.1 (``lo`` on Linux)."""
+    import psutil
+
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == LOOPBACK for a in addrs):
+            return name
+    return None
+
+
 def _gpu_inventory() -> int:
     fake = _env_count(GPUS_VAR)
     if fake is not None:
@@ -81,13 +92,7 @@ class LocalBackend(Backend):
 
             return horovod_argv(spec, req.job_dir)
         nproc = spec.world_size  # every worker of a local job runs on this one node
-        return [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            *torchrun_args(spec, nproc_per_node=nproc),
-            *runtime_args(req.job_dir),
-        ]
+        return [sys.executable, *local_launcher_args(spec, nproc), *runtime_args(req.job_dir)]
 
     def capacity(self) -> Capacity:
         """What this machine offers jobs: CPU slots (one per rank) and GPUs."""
@@ -114,6 +119,12 @@ class LocalBackend(Backend):
         self._check_resources(req.spec, capacity)
         argv = self._command(req)
         env = worker_env(req.job_id, req.job_dir, req.spec)
+        loopback = _loopback_interface()
+        if loopback is not None:
+            # gloo's listening sockets (one per peer, in every rank) bind the address
+            # the hostname resolves to unless told an interface: keep them on loopback
+            # too, as the rendezvous store is. The user's --env wins.
+            env.setdefault("GLOO_SOCKET_IFNAME", loopback)
         request = {
             "argv": argv,
             "env": env,

@@ -6,7 +6,10 @@ into one communicator, and a worker that dies makes the others' calls fail or ha
 when one peer's connection closes). The point of asynchronous training is that the
 server keeps going without the lost worker, so each worker gets its own connection:
 ``multiprocessing.connection`` (standard library, HMAC-authenticated with a key that
-rank 0 draws and broadcasts over the job's process group). A request is one
+rank 0 draws and broadcasts over the job's process group). The accept loop only
+accepts: each connection's handshake runs in that connection's own thread under a
+deadline, so a client that connects and sends nothing (or the wrong key) is dropped
+without ever holding up another worker, and is never counted as one. A request is one
 length-prefixed frame; the server acts on a frame only once it has all of it, and
 applies each update under one lock, so a worker that crashes mid-send loses its last
 update and corrupts nothing.
@@ -26,7 +29,14 @@ import struct
 import sys
 import threading
 import time
-from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import (
+    Client,
+    Connection,
+    Listener,
+    answer_challenge,
+    deliver_challenge,
+)
 from typing import Any
 
 import torch
@@ -65,6 +75,21 @@ def no_delay(conn: Connection) -> None:
         s.close()
 
 
+def _shutdown(conn: Connection) -> None:
+    """Shut ``conn``'s socket down both ways: a thread blocked reading it gets EOF at once
+    (closing the descriptor alone would not wake it)."""
+    try:
+        s = socket.socket(fileno=os.dup(conn.fileno()))
+    except OSError:
+        return  # already closed
+    try:
+        s.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        s.close()
+
+
 class ParameterServer:
     """Serves requests of ``world_size`` workers; subclasses implement :meth:`handle`.
 
@@ -76,10 +101,16 @@ class ParameterServer:
     #: Number of parameter elements served; subclasses set it before ``__init__``.
     numel: int = -1
 
-    def __init__(self, world_size: int, host: str) -> None:
+    #: Seconds a new connection has to complete the HMAC handshake before it is dropped.
+    AUTH_TIMEOUT_S = 30.0
+
+    def __init__(self, world_size: int, host: str, auth_timeout: float | None = None) -> None:
         self.world_size = world_size
         self.authkey = secrets.token_bytes(32)
-        self.listener = Listener((host, 0), authkey=self.authkey, backlog=max(16, world_size))
+        self.auth_timeout = self.AUTH_TIMEOUT_S if auth_timeout is None else auth_timeout
+        # No authkey here: Listener.accept() would run the handshake in the accept loop,
+        # where one silent client blocks every later one. _serve runs it instead.
+        self.listener = Listener((host, 0), backlog=max(16, world_size))
         self.lock = threading.Lock()
         self.version = 0
         self.done: set[int] = set()
@@ -101,22 +132,53 @@ class ParameterServer:
     def _accept_loop(self) -> None:
         while not self._closed:
             try:
-                conn = self.listener.accept()
+                conn = self.listener.accept()  # plain accept: never waits on a client
             except OSError:
                 if self._closed:
                     return
                 time.sleep(0.01)  # e.g. out of file descriptors: do not spin
                 continue
-            except Exception:
-                continue  # a client that failed the HMAC handshake, or died in it
-            no_delay(conn)
             t = threading.Thread(target=self._serve, args=(conn,), name="alchemist-ps", daemon=True)
             t.start()
-            self._threads.append(t)
+            self._threads = [t for t in self._threads if t.is_alive()] + [t]
+
+    def _authenticate(self, conn: Connection) -> bool:
+        """Run the HMAC handshake (both ways, as ``Listener(authkey=...)`` would) within
+        ``auth_timeout`` s; False if the client failed it, closed, or stalled."""
+        state = {"done": False, "expired": False}
+        guard = threading.Lock()
+
+        def expire() -> None:
+            with guard:
+                if state["done"]:
+                    return
+                state["expired"] = True
+            # Wakes the handshake's blocking read: it ends with EOF.
+            _shutdown(conn)
+
+        timer = threading.Timer(self.auth_timeout, expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            deliver_challenge(conn, self.authkey)
+            answer_challenge(conn, self.authkey)
+        except (AuthenticationError, EOFError, OSError):
+            return False
+        finally:
+            timer.cancel()
+            # A timer that already fired has shut this socket down before the caller
+            # closes it (never a later connection that reuses its descriptor number).
+            timer.join()
+        with guard:
+            state["done"] = True
+            return not state["expired"]
 
     def _serve(self, conn: Connection) -> None:
         rank: int | None = None
         try:
+            if not self._authenticate(conn):
+                return  # not a worker: dropped before it could send a request
+            no_delay(conn)
             while True:
                 frame = conn.recv_bytes()
                 header, payload = decode(frame)
@@ -136,11 +198,13 @@ class ParameterServer:
                     conn.send_bytes(encode({"ok": True}))
                     continue
                 if op == "done":
+                    # Reply first: once every rank is done the server rank may exit,
+                    # and a reply not yet sent would reach this worker as "server gone".
+                    conn.send_bytes(encode({"ok": True}))
                     with self._finished:
                         if rank is not None:
                             self.done.add(rank)
                         self._finished.notify_all()
-                    conn.send_bytes(encode({"ok": True}))
                     continue
                 try:
                     with self.lock:

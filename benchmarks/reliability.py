@@ -136,8 +136,13 @@ def main() -> None:
                 c["failed early"] += failed and not finished
                 if failed:
                     notes[name].append(f"run {i + 1}: {how}")
-            if (i + 1) % 10 == 0:
-                print(f"{i + 1} runs of each arm done", flush=True)
+            if (i + 1) % 10 == 0:  # the counts so far: a long run cut short still says something
+                print(
+                    f"{i + 1} runs of each arm done; finished work reported failed so far:"
+                    f" alchemist {counts['alchemist']['lost']},"
+                    f" plain torchrun {counts['plain torchrun']['lost']}",
+                    flush=True,
+                )
     print(f"reliability, {args.runs} runs of each arm, {args.steps} DDP steps, 2 processes:")
     print(f"  {'':16s} {'finished':>9s} {'finished, reported failed':>27s} {'failed early':>13s}")
     for name, c in counts.items():

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import bcrypt
@@ -265,5 +266,9 @@ def test_single_isolation_as_root_is_refused_unless_allowed(
         assert stop_hub(allowed) == []
 
     monkeypatch.delenv("ALCHEMIST_HUB_ALLOW_ROOT_SINGLE", raising=False)
-    with pytest.raises(HubConfigError, match="would run every user's server"):
-        asyncio.run(SingleAccountSpawner().start())
+    # In a thread of its own: another test of this folder (Playwright's sync API) may have
+    # left an event loop running in this one, where asyncio.run() cannot start another.
+    with ThreadPoolExecutor(1) as pool:
+        refused = pool.submit(asyncio.run, SingleAccountSpawner().start())
+        with pytest.raises(HubConfigError, match="would run every user's server"):
+            refused.result(timeout=60)

@@ -1,4 +1,4 @@
-"""The ``alchemist`` command: jobs, logs, metrics, cancel, submit, status.
+"""The ``alchemist`` command: jobs, logs, metrics, cancel, submit, status, diagnose.
 
 ``alchemist submit train.py -n 2`` runs a script (or a notebook's code cells) as a job
 through the same :func:`alchemist.client.submit` as the magic, and follows its logs
@@ -15,6 +15,7 @@ from pathlib import Path
 
 from alchemist import client
 from alchemist.console import LogFollower, format_jobs_table, status_line
+from alchemist.diagnosis.report import format_report
 from alchemist.errors import AlchemistError
 from alchemist.options import add_arguments, options_from_args
 from alchemist.spec import JobState
@@ -38,6 +39,10 @@ def _parser() -> argparse.ArgumentParser:
     for name, help_ in (("status", "show a job"), ("cancel", "cancel a job")):
         c = sub.add_parser(name, help=help_)
         c.add_argument("job_id")
+
+    d = sub.add_parser("diagnose", help="which rank is stuck, and where (a running job)")
+    d.add_argument("job_id")
+    d.add_argument("--json", action="store_true", help="print the whole report as JSON")
 
     lg = sub.add_parser("logs", help="print a job's logs")
     lg.add_argument("job_id")
@@ -107,6 +112,10 @@ def _run(args: argparse.Namespace) -> int:
             print(json.dumps([j.to_dict() for j in listing.jobs], indent=2))
         else:
             print(format_jobs_table(listing.jobs))
+            for j in listing.jobs:
+                note = j.stalled()
+                if note:
+                    print(f"job {j.id} stalled: {note}")
         for job_id, why in listing.skipped:
             print(
                 f"alchemist: job {job_id} could not be read and is not listed: {why}",
@@ -116,6 +125,12 @@ def _run(args: argparse.Namespace) -> int:
     job = client.attach(args.job_id)
     if args.command == "status":
         print(json.dumps(job.to_dict(), indent=2))
+    elif args.command == "diagnose":
+        report = job.diagnose()
+        if args.json:
+            print(json.dumps(report, indent=2))
+        else:
+            print(format_report(report))
     elif args.command == "cancel":
         job.cancel()
         print(status_line(job, job.status()))

@@ -244,7 +244,42 @@ class Job:
             "algorithm": spec.algorithm,
             "spec": spec.to_dict(),
             "job_dir": str(self.job_dir.root),
+            "stalled": self.stalled(st),
         }
+
+    # -- hang diagnosis (alchemist.diagnosis) ---------------------------------------------
+    def stalled(self, status: JobStatus | None = None) -> str | None:
+        """While the job runs: one line naming the laggard when no rank advanced for the
+        stall threshold (``"no rank advanced for 41 s (threshold 30 s): rank 1 at step
+        1199 (41 s ago); rank 0 at 1200"``), else None. A note, never a state."""
+        st = status or self.status()
+        if st.state != JobState.RUNNING:
+            return None
+        from alchemist.diagnosis.progress import stall_of
+
+        try:
+            stall = stall_of(self.job_dir, self.spec.world_size)
+        except OSError:
+            return None
+        return stall.note if stall is not None and stall.stalled else None
+
+    def diagnose(self, timeout: float | None = None) -> dict[str, Any]:
+        """Which rank, and where: the diagnosis report (:mod:`alchemist.diagnosis.report`),
+        a JSON-serialisable dict with a one-sentence ``headline``. It reads the ranks'
+        progress, asks each rank for its stacks (waiting ``timeout`` seconds at most;
+        default 3) and never changes the job's state."""
+        from alchemist.diagnosis import collect, report
+
+        st = self.status()
+        return report.diagnose(
+            self.job_dir,
+            job_id=self.id,
+            state=st.state.value,
+            reason=st.reason,
+            world_size=self.spec.world_size,
+            backend=self.backend_name,
+            timeout=collect.STACKS_TIMEOUT_S if timeout is None else timeout,
+        )
 
 
 def _default_namespace() -> dict[str, Any]:

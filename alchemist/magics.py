@@ -4,7 +4,7 @@
 
 - ``%%alchemist_distributed [flags]``: run the cell as a distributed job;
 - ``%alchemist_jobs``, ``%alchemist_attach ID``, ``%alchemist_logs ID [--rank R] [--follow]``,
-  ``%alchemist_cancel ID``, ``%alchemist_tensorboard ID``.
+  ``%alchemist_cancel ID``, ``%alchemist_tensorboard ID``, ``%alchemist_diagnose ID``.
 
 Every user mistake (a bad flag, a syntax error in the cell, an unpicklable variable,
 an unknown job) is one ``UsageError`` line; nothing is submitted.
@@ -13,6 +13,7 @@ an unknown job) is one ``UsageError`` line; nothing is submitted.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import sys
 from typing import Any
@@ -175,6 +176,10 @@ class AlchemistMagics(Magics):
             raise UsageError(f"--state must be one of {', '.join(states)}, got {args.state!r}")
         listing = client.list_jobs(state=args.state, limit=args.limit)
         print(format_jobs_table(listing.jobs))
+        for job in listing.jobs:
+            note = job.stalled()
+            if note:
+                print(f"job {job.id} stalled: {note}")
         for job_id, why in listing.skipped:
             print(f"(job {job_id} could not be read and is not listed: {why})")
 
@@ -227,6 +232,19 @@ class AlchemistMagics(Magics):
             print(f"job {job.id} had already {before.value}; nothing to cancel")
         else:
             print(status_line(job, job.status()))
+
+    @magic_arguments()
+    @argument("job_id", help="the job's id")
+    @argument("--json", action="store_true", help="print the whole report as JSON")
+    @line_magic
+    def alchemist_diagnose(self, line: str) -> None:
+        """Which rank is stuck, and where: a running job's ranks, their steps and stacks."""
+        args = _parse(self.alchemist_diagnose, line)
+        job = self._attach(args.job_id)
+        from alchemist.diagnosis.report import format_report
+
+        report = job.diagnose()
+        print(json.dumps(report, indent=2) if args.json else format_report(report))
 
     @magic_arguments()
     @argument("job_id", help="the job's id")

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from alchemist.diagnosis.hooks import rearm as rearm_watchdog
 from alchemist.errors import CheckpointError
 from alchemist.jobdir import atomic_write_bytes
 from alchemist.runtime.context import context
@@ -107,6 +108,7 @@ def log(step: int, **metrics: float) -> None:
     from alchemist.metrics.reporter import get_reporter
 
     get_reporter().log(step, **metrics)
+    rearm_watchdog()  # the rank advanced (alchemist.diagnosis.hooks)
 
 
 # -- checkpoints ---------------------------------------------------------------------------

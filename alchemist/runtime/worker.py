@@ -151,6 +151,11 @@ def main(argv: list[str]) -> int:
     _redirect_output(job_dir.rank_log(rank))
     job_dir.pids.mkdir(exist_ok=True)
     (job_dir.pids / f"rank-{rank}.pid").write_text(str(os.getpid()))
+    # Stacks on SIGUSR1 and the stall watchdog, before anything that can hang (the
+    # rendezvous): alchemist.diagnosis.hooks.
+    from alchemist.diagnosis import hooks
+
+    hooks.install(job_dir, rank)
 
     import json
 
@@ -217,6 +222,7 @@ def main(argv: list[str]) -> int:
             reporter_mod.get_reporter().close()
         except Exception:
             pass
+    hooks.stop_watchdog(job_dir, rank)  # the code ended: teardown is no stall
     # Before any teardown: a rank that aborts at interpreter exit after this line has
     # finished its work, and the job's outcome comes from these records.
     from alchemist import outcomes

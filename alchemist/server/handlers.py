@@ -14,6 +14,8 @@ Routes, relative to the server's base URL (``/user/<name>/`` behind JupyterHub):
     GET    alchemist/api/v1/jobs/ID/logs?rank=R&since=CURSOR&limit_bytes=N
     GET    alchemist/api/v1/jobs/ID/dryrun       the exact request the backend makes for it
     POST   alchemist/api/v1/jobs/ID/tensorboard  start (or reuse) TensorBoard: ``{"url"}``
+    GET    alchemist/api/v1/jobs/ID/diagnosis    which rank is stuck, and where (the report
+                                                 of :mod:`alchemist.diagnosis.report`)
 
 Contract:
 
@@ -361,6 +363,10 @@ def _submit(path: Path, options: dict[str, Any], dry_run: bool) -> dict[str, Any
     return described
 
 
+def _diagnosis(job_id: str) -> dict[str, Any]:
+    return dict(_job(job_id).diagnose())
+
+
 def _tensorboard(job_id: str) -> Any:
     job = _job(job_id)
     try:
@@ -544,6 +550,15 @@ class JobDryRunHandler(AlchemistHandler):
         self.reply(await self.call(_job_dryrun, job_id))
 
 
+class DiagnosisHandler(AlchemistHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        """The job's diagnosis report; reading it never changes the job's state."""
+        self.query({})
+        self.reply(await self.call(_diagnosis, job_id))
+
+
 class TensorBoardHandler(AlchemistHandler):
     @web.authenticated
     @authorized
@@ -588,5 +603,6 @@ def setup_handlers(web_app: Any) -> None:
         (f"/jobs/{_ID}/logs", LogsHandler),
         (f"/jobs/{_ID}/dryrun", JobDryRunHandler),
         (f"/jobs/{_ID}/tensorboard", TensorBoardHandler),
+        (f"/jobs/{_ID}/diagnosis", DiagnosisHandler),
     ]
     web_app.add_handlers(".*$", [(base + path + "/?", handler) for path, handler in routes])

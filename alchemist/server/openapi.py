@@ -145,6 +145,12 @@ def document(base_url: str = "/") -> dict[str, Any]:
         "/jobs/{job_id}/tensorboard": {
             "post": _op("start (or reuse) TensorBoard on the job", params=job)
         },
+        "/jobs/{job_id}/diagnosis": {
+            "get": _op(
+                "which rank is stuck, and where: the diagnosis report (never changes the job)",
+                params=job,
+            )
+        },
     }
     return {
         "openapi": "3.0.3",

@@ -1,0 +1,13 @@
+"""Hang diagnosis: which rank, and where.
+
+- :mod:`~alchemist.diagnosis.progress`: stall detection from the ranks' metric files;
+- :mod:`~alchemist.diagnosis.hooks`: what every rank installs at start-up (stacks on
+  ``SIGUSR1``, a stall watchdog);
+- :mod:`~alchemist.diagnosis.stacks`: reading faulthandler's dumps, finding the user's
+  frame and the collective a rank waits in;
+- :mod:`~alchemist.diagnosis.collect`: asking a local job's ranks for their stacks;
+- :mod:`~alchemist.diagnosis.report`: the one JSON report (classification, headline,
+  per-rank entries, grouped stacks) every entry point shows.
+
+Diagnosis never changes a job's state. This package imports no torch.
+"""

@@ -1,0 +1,171 @@
+"""Asking a local job's ranks for their stacks, and what became of each rank.
+
+The rank processes are found as the local backend finds them
+(:func:`alchemist.backends.local.procs.job_processes`) and each is sent ``SIGUSR1``
+directly (torchrun stops the workers on any signal it handles, so it is never
+signalled). Only a rank that wrote its hooks marker is signalled: ``SIGUSR1`` kills a
+Python process with no handler for it. A rank's faulthandler writes its main thread's
+stack from a C signal handler, without the GIL; the collector waits (a few seconds at
+most) for each rank's stack file to grow and stop growing, and reads what was added.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from alchemist import outcomes
+from alchemist.backends.local.procs import job_processes, read_pid
+from alchemist.diagnosis import hooks
+from alchemist.jobdir import JobDir
+
+#: Seconds to wait for every rank's stacks.
+STACKS_TIMEOUT_S = 3.0
+#: Seconds between looks at the stack files.
+POLL_S = 0.02
+#: Bytes read from the end of a watchdog file (it grows by a dump per period).
+WATCHDOG_TAIL_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True)
+class RankProcess:
+    """A live rank process whose hooks are in place."""
+
+    rank: int
+    process: psutil.Process
+    #: the id of its main thread (as faulthandler writes it)
+    main_thread: int | None
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """What became of one rank."""
+
+    rank: int
+    #: ``running``, ``finished`` (its code ended with status 0), ``failed`` (its code
+    #: ended with an error), ``dead`` (gone before its code ended) or ``not started``
+    state: str
+    pid: int | None
+    #: how it ended, one line (``killed by signal 9 (SIGKILL) (out of memory?)``)
+    exit: str | None = None
+
+
+def _live_pids(job_dir: JobDir) -> dict[int, psutil.Process]:
+    roots = [
+        p
+        for p in (read_pid(job_dir.pids / "launcher.pid"), read_pid(job_dir.pids / "torchrun.pid"))
+        if p
+    ]
+    return {p.pid: p for p in job_processes(job_dir.root, roots)}
+
+
+def liveness(job_dir: JobDir, world_size: int) -> dict[int, Liveness]:
+    """Every rank's :class:`Liveness`, from its pid file, its process and its record."""
+    live = _live_pids(job_dir)
+    recorded = outcomes.read(job_dir)
+    attempt = outcomes.latest_attempt(job_dir, recorded)
+    try:
+        codes = outcomes.torchrun_exit_codes(job_dir.launcher_log.read_text(errors="replace"))
+    except OSError:
+        codes = {}
+    out: dict[int, Liveness] = {}
+    for rank in range(world_size):
+        pid = read_pid(job_dir.pids / f"rank-{rank}.pid")
+        record = recorded.get(rank)
+        ended = record is not None and record.attempt == attempt
+        if ended and record is not None:
+            state = "finished" if record.status == 0 else "failed"
+            why = None if record.status == 0 else f"its code ended with status {record.status}"
+            out[rank] = Liveness(rank, state, pid, why)
+        elif pid is not None and pid in live:
+            out[rank] = Liveness(rank, "running", pid)
+        elif pid is None:
+            out[rank] = Liveness(rank, "not started", None)
+        else:
+            code = codes.get(rank)
+            why = outcomes._how(code) if code is not None else "its process is gone"
+            out[rank] = Liveness(rank, "dead", pid, why)
+    return out
+
+
+def rank_processes(job_dir: JobDir, world_size: int) -> dict[int, RankProcess]:
+    """The job's live rank processes that have their hooks in place."""
+    live = _live_pids(job_dir)
+    found: dict[int, RankProcess] = {}
+    for rank in range(world_size):
+        marker = hooks.read_marker(job_dir, rank)
+        if not marker:
+            continue
+        pid = marker.get("pid")
+        if not isinstance(pid, int) or pid not in live:
+            continue
+        main = marker.get("main_thread")
+        found[rank] = RankProcess(rank, live[pid], main if isinstance(main, int) else None)
+    return found
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def request_stacks(
+    job_dir: JobDir, procs: dict[int, RankProcess], timeout: float = STACKS_TIMEOUT_S
+) -> dict[int, str]:
+    """Signal each rank and return the stacks each wrote (rank → dump text).
+
+    A rank whose file did not grow within ``timeout`` seconds is left out. A dump is
+    taken as complete when its file grew and then stayed the same for one poll.
+    """
+    before = {r: _size(hooks.stacks_path(job_dir, r)) for r in procs}
+    for rp in procs.values():
+        with contextlib.suppress(psutil.Error):
+            rp.process.send_signal(hooks.STACK_SIGNAL)
+    seen = dict(before)
+    done: dict[int, str] = {}
+    deadline = time.monotonic() + timeout
+    while len(done) < len(procs) and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+        for rank in procs:
+            if rank in done:
+                continue
+            path = hooks.stacks_path(job_dir, rank)
+            size = _size(path)
+            if size > before[rank] and size == seen[rank]:
+                with open(path, "rb") as f:
+                    f.seek(before[rank])
+                    done[rank] = f.read(size - before[rank]).decode("utf-8", "replace")
+            seen[rank] = size
+    return done
+
+
+def watchdog_stacks(job_dir: JobDir, rank: int) -> tuple[str, float] | None:
+    """The last dump rank ``rank``'s watchdog wrote, and when (the file's mtime)."""
+    from alchemist.diagnosis.stacks import last_dump
+
+    path = hooks.watchdog_path(job_dir, rank)
+    # The watchdog may be writing a dump right now: read when the size holds still.
+    size = _size(path)
+    if size == 0:
+        return None  # no file, or the watchdog never fired
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        time.sleep(POLL_S)
+        size, previous = _size(path), size
+        if size == previous:
+            break
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, size - WATCHDOG_TAIL_BYTES))
+            text = f.read(min(size, WATCHDOG_TAIL_BYTES)).decode("utf-8", "replace")
+        when = path.stat().st_mtime
+    except OSError:
+        return None
+    return (last_dump(text), when) if text.strip() else None

@@ -1,0 +1,242 @@
+"""The cheap hooks every rank installs at start-up (:mod:`alchemist.runtime.worker`).
+
+- **On-demand stacks**: ``faulthandler`` dumps the main thread's Python stack to
+  ``debug/stacks-rank-<r>.txt`` on ``SIGUSR1``. Its handler is C and needs no GIL, so
+  it answers even when the rank is in C code that holds the GIL (a long ``re`` match,
+  a gloo collective). Signal the rank processes, never torchrun (it stops the workers
+  on any signal it handles): :mod:`alchemist.diagnosis.collect` does. Linux delivers
+  a signal sent to a process to its main thread, which the handler interrupts: it
+  reads only that thread's frames, which hold still. It does not dump the other
+  threads (``all_threads=True``): their frames change under it while one of them runs
+  Python, and here that crashed the rank with SIGSEGV within about a hundred signals
+  while a thread imported torch (none in 1,600 signals with the main thread only).
+  The other threads' stacks come from the watchdog.
+- **Stall watchdog**: a daemon thread writes every thread's stack to
+  ``debug/watchdog-rank-<r>.txt`` when ``T`` seconds pass without an
+  ``alchemist.log`` call, and again every ``T`` while none comes, with no request:
+  stacks land in the job directory by themselves when a rank stops advancing. ``T``
+  is ``max(floor, 10 x the mean time between log calls)``; the floor is
+  :data:`WATCHDOG_FLOOR_S`, or ``$ALCHEMIST_WATCHDOG_S`` (``0`` turns it off). See
+  :class:`_Watchdog` for why it is not faulthandler's ``dump_traceback_later``.
+- ``debug/hooks-rank-<r>.json`` says the hooks are in place (pid, main thread id): a
+  collector signals only a rank that wrote it, since ``SIGUSR1`` kills a Python process
+  that has no handler for it.
+
+Re-arming the watchdog (:func:`rearm`, on every ``alchemist.log`` call) stores a
+clock reading: well under a microsecond. The stack files stay open for the life of the
+process (faulthandler writes to its descriptor from its signal handler).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from alchemist.jobdir import JobDir, atomic_write_json, make_private_dir
+
+#: The folder of the diagnosis files, in the job directory.
+DEBUG_DIR = "debug"
+#: The signal that asks a rank for its stacks.
+STACK_SIGNAL = signal.SIGUSR1
+#: The watchdog's least period in seconds.
+WATCHDOG_FLOOR_S = 60.0
+#: The environment variable that sets the watchdog's floor (``0``: no watchdog).
+WATCHDOG_VAR = "ALCHEMIST_WATCHDOG_S"
+#: The watchdog's period is this many times the mean time between log calls.
+WATCHDOG_FACTOR = 10.0
+#: The watchdog looks at least this often (seconds).
+WATCHDOG_CHECK_S = 1.0
+#: A watchdog file longer than this starts again (it keeps the newest dumps).
+WATCHDOG_MAX_BYTES = 1 << 20
+#: Frames written per thread, at most.
+MAX_FRAMES = 100
+
+
+def debug_dir(job_dir: JobDir) -> Path:
+    return job_dir.root / DEBUG_DIR
+
+
+def stacks_path(job_dir: JobDir, rank: int) -> Path:
+    """Where rank ``rank`` writes its stacks when signalled."""
+    return debug_dir(job_dir) / f"stacks-rank-{rank}.txt"
+
+
+def watchdog_path(job_dir: JobDir, rank: int) -> Path:
+    """Where rank ``rank``'s watchdog writes its stacks."""
+    return debug_dir(job_dir) / f"watchdog-rank-{rank}.txt"
+
+
+def marker_path(job_dir: JobDir, rank: int) -> Path:
+    """``{pid, rank, main_thread, watchdog_s, time}``: rank ``rank``'s hooks are in place."""
+    return debug_dir(job_dir) / f"hooks-rank-{rank}.json"
+
+
+def read_marker(job_dir: JobDir, rank: int) -> dict[str, Any] | None:
+    try:
+        data = json.loads(marker_path(job_dir, rank).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def watchdog_floor() -> float:
+    """The watchdog's floor: ``$ALCHEMIST_WATCHDOG_S`` or :data:`WATCHDOG_FLOOR_S`.
+
+    Raises:
+        ValueError: the variable is not a number of seconds, 0 or more.
+    """
+    raw = os.environ.get(WATCHDOG_VAR, "").strip()
+    if not raw:
+        return WATCHDOG_FLOOR_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{WATCHDOG_VAR} must be a number of seconds, got {raw!r}") from None
+    if value < 0:
+        raise ValueError(f"{WATCHDOG_VAR} must be 0 or more, got {raw!r}")
+    return value
+
+
+class _Watchdog:
+    """A daemon thread that writes every thread's stack when ``period`` seconds pass
+    without a :meth:`rearm` call, and again every ``period`` while none comes.
+
+    It reads the stacks with ``sys._current_frames()`` while holding the GIL, which is
+    safe, and writes them in faulthandler's format. (faulthandler's own
+    ``dump_traceback_later`` reads other threads' frames without the GIL; here it
+    crashed a rank with SIGSEGV when it fired while the rank imported torch.) The price:
+    a rank that holds the GIL in C code gets no watchdog dump until the call returns;
+    the on-demand signal still answers for it.
+    """
+
+    def __init__(self, file: IO[str], floor: float) -> None:
+        self.file = file
+        self.floor = floor
+        self.period = floor
+        self.last = time.monotonic()  # the last sign of progress (start-up counts)
+        self._mean: float | None = None
+        self._logged = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="alchemist-watchdog", daemon=True)
+        self._thread.start()
+
+    def rearm(self) -> None:
+        now = time.monotonic()
+        if self._logged:
+            gap = now - self.last
+            self._mean = gap if self._mean is None else 0.9 * self._mean + 0.1 * gap
+        self._logged = True
+        self.last = now
+
+    def _run(self) -> None:
+        dumped = 0.0
+        while not self._stop.wait(min(self.period / 10, WATCHDOG_CHECK_S)):
+            self.period = max(self.floor, WATCHDOG_FACTOR * (self._mean or 0.0))
+            now = time.monotonic()
+            idle = now - self.last
+            if idle >= self.period and now - max(dumped, self.last) >= self.period:
+                self._dump(idle)
+                dumped = now
+
+    def _dump(self, idle: float) -> None:
+        me = threading.get_ident()
+        minutes, seconds = divmod(int(idle), 60)
+        lines = [f"Timeout ({minutes // 60}:{minutes % 60:02d}:{seconds:02d})!"]
+        main = threading.main_thread().ident
+        found = sys._current_frames()
+        for ident in sorted(found, key=lambda i: i != main):  # the main thread first
+            frame = found[ident]
+            if ident == me:
+                continue
+            lines.append(f"Thread 0x{ident:016x} (most recent call first):")
+            depth: Any = frame
+            for _ in range(MAX_FRAMES):
+                if depth is None:
+                    break
+                code = depth.f_code
+                lines.append(
+                    f'  File "{code.co_filename}", line {depth.f_lineno} in {code.co_name}'
+                )
+                depth = depth.f_back
+            lines.append("")
+        try:
+            if self.file.tell() > WATCHDOG_MAX_BYTES:
+                self.file.truncate(0)  # keep the newest dumps, not an ever-growing file
+                self.file.seek(0)
+            self.file.write("\n".join(lines) + "\n")
+            self.file.flush()
+        except (OSError, ValueError):
+            self._stop.set()  # the disk is full or the file closed: stop quietly
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _open_private(path: Path) -> IO[str]:
+    """``path`` opened for appending, 0600 when it is made (the owner's alone)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    return open(fd, "a", encoding="utf-8")  # kept open for the life of the process
+
+
+_files: list[IO[str]] = []  # open for the life of the process
+_watchdog: _Watchdog | None = None
+
+
+def install(job_dir: JobDir, rank: int) -> None:
+    """Install the hooks in this rank; idempotent. A failure is said in the rank's log
+    and never stops the job."""
+    global _watchdog
+    if _files:
+        return
+    try:
+        make_private_dir(debug_dir(job_dir))
+        stacks = _open_private(stacks_path(job_dir, rank))
+        _files.append(stacks)
+        faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=False, chain=False)
+        try:
+            floor = watchdog_floor()
+        except ValueError as e:
+            floor = WATCHDOG_FLOOR_S
+            print(f"[alchemist] warning: {e}; the watchdog uses {floor:g} s", flush=True)
+        if floor > 0:
+            dog = _open_private(watchdog_path(job_dir, rank))
+            _files.append(dog)
+            _watchdog = _Watchdog(dog, floor)
+        atomic_write_json(
+            marker_path(job_dir, rank),
+            {
+                "pid": os.getpid(),
+                "rank": rank,
+                "main_thread": threading.main_thread().ident,
+                "watchdog_s": floor,
+                "time": time.time(),
+            },
+        )
+    except (OSError, ValueError, RuntimeError) as e:
+        print(f"[alchemist] warning: hang diagnosis hooks not installed: {e}", flush=True)
+
+
+def rearm() -> None:
+    """Tell the watchdog the rank advanced (``alchemist.log`` calls this)."""
+    if _watchdog is not None:
+        _watchdog.rearm()
+
+
+def stop_watchdog(job_dir: JobDir | None = None, rank: int = 0) -> None:
+    """Stop the watchdog (the rank's code ended: teardown is not a stall) and, given
+    the job directory, remove the marker, so that no collector signals the rank while
+    it exits (the interpreter drops the handler at exit, and ``SIGUSR1`` would then
+    kill it)."""
+    global _watchdog
+    if _watchdog is not None:
+        _watchdog.stop()
+        _watchdog = None
+    if job_dir is not None:
+        marker_path(job_dir, rank).unlink(missing_ok=True)

@@ -1,0 +1,356 @@
+"""The diagnosis report: one JSON-serialisable dict every entry point shows.
+
+:func:`diagnose` gathers, for a job, each rank's progress (its last logged step and
+when, :mod:`~alchemist.diagnosis.progress`), its liveness (running, finished, dead and
+how, :mod:`~alchemist.diagnosis.collect`) and its stacks (asked for by signal on the
+local backend; else the watchdog's last dump), then :func:`classify` names what is
+going on in one sentence, the ``headline``:
+
+- ``dead_rank``: a rank's process is gone before its code finished;
+- ``rendezvous_wait``: ranks wait in ``init_process_group`` for ranks that have not
+  joined;
+- ``missing_rank``: some ranks wait in a collective that others have not reached;
+- ``checkpoint_barrier``: the waiting ranks are in Alchemist's own checkpoint barrier
+  (labelled, not called a hang);
+- ``desync``: the ranks wait in different collectives;
+- ``transport_hang``: every rank waits in the same collective: no rank is missing;
+- ``user_deadlock``: no rank is in a collective and none advanced for the stall
+  threshold;
+- ``running``: the ranks advanced during the diagnosis, or nothing waits;
+- ``not_running``: the job is queued, or has ended: nothing to diagnose.
+
+Diagnosis reads and signals; it never changes a job's state.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from alchemist.diagnosis import collect, hooks, progress, stacks
+from alchemist.diagnosis.progress import format_ranks
+from alchemist.jobdir import JobDir
+
+
+def _s(ranks: list[int], verb: str) -> str:
+    """``verb`` agreeing with ``format_ranks(ranks)``: ``wait`` → ``waits`` for one rank."""
+    return verb + "s" if len(set(ranks)) == 1 else verb
+
+
+def _doing(act: stacks.Activity) -> str:
+    """Where a rank is: its user frame, else its innermost frame (starting up, say)."""
+    if act.user_frame is None and act.top is not None:
+        return f"{_where(act.top)}, outside the user's code"
+    return _where(act.user_frame)
+
+
+def _where(frame: stacks.Frame | None) -> str:
+    """``the cell (line 7)``, ```load_batch` (cell line 88)``, ```f` (model.py line 3)``."""
+    if frame is None:
+        return "no Python frame"
+    kind = {"<cell>": "cell", "<script>": "script"}.get(frame.file)
+    if kind is None:
+        kind = frame.file if frame.file.startswith("<") else Path(frame.file).name
+    if frame.function == "<module>":
+        return (
+            f"the {kind} (line {frame.line})"
+            if kind in ("cell", "script")
+            else f"{kind} line {frame.line}"
+        )
+    return f"`{frame.function}` ({kind} line {frame.line})"
+
+
+def _source_line(job_dir: JobDir, frame: stacks.Frame | None) -> str | None:
+    """The text of a cell's or script's line, from the job's bundle."""
+    if frame is None or frame.file not in ("<cell>", "<script>"):
+        return None
+    try:
+        lines = (job_dir.bundle / "source.py").read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    return lines[frame.line - 1].strip() if 0 < frame.line <= len(lines) else None
+
+
+def _rank_stacks(
+    job_dir: JobDir,
+    world_size: int,
+    running: bool,
+    local: bool,
+    timeout: float,
+    last_step: dict[int, float],
+) -> dict[int, tuple[list[stacks.Thread], int | None, str, float]]:
+    """rank → (threads, main thread id, source ``signal``/``watchdog``, time of the dump).
+
+    A rank that did not answer a signal is shown by its watchdog's last dump, unless
+    the rank logged a step after it (the dump is of a wait that ended).
+    """
+    out: dict[int, tuple[list[stacks.Thread], int | None, str, float]] = {}
+    mains: dict[int, int | None] = {}
+    if running and local:
+        procs = collect.rank_processes(job_dir, world_size)
+        mains = {r: p.main_thread for r, p in procs.items()}
+        now = time.time()
+        for rank, text in collect.request_stacks(job_dir, procs, timeout).items():
+            threads = stacks.parse_dump(text)
+            if threads:
+                out[rank] = (threads, mains.get(rank), "signal", now)
+    for rank in range(world_size):
+        if rank in out:
+            continue
+        found = collect.watchdog_stacks(job_dir, rank)
+        if found is None or found[1] < last_step.get(rank, 0.0):
+            continue
+        threads = stacks.parse_dump(found[0])
+        if threads:
+            marker = hooks.read_marker(job_dir, rank) or {}
+            main = marker.get("main_thread")
+            out[rank] = (threads, main if isinstance(main, int) else None, "watchdog", found[1])
+    return out
+
+
+def diagnose(
+    job_dir: JobDir,
+    *,
+    job_id: str,
+    state: str,
+    reason: str | None,
+    world_size: int,
+    backend: str = "local",
+    timeout: float = collect.STACKS_TIMEOUT_S,
+) -> dict[str, Any]:
+    """The report of one job (see the module docstring); JSON-serialisable.
+
+    Args:
+        job_dir: the job's directory.
+        job_id, state, reason: the job's id, state and reason as its status says.
+        world_size: the job's ranks.
+        backend: the job's backend; stacks are asked for by signal on ``local`` only
+            (elsewhere the watchdog's dumps in the job directory are read).
+        timeout: seconds to wait for the ranks' stacks.
+    """
+    started = time.time()
+    running = state == "running"
+    before = progress.read_progress(job_dir)
+    local = backend == "local"
+    alive = collect.liveness(job_dir, world_size) if local else {}
+    last_step = {r: p.time for r, p in before.items()}
+    dumps = _rank_stacks(job_dir, world_size, running, local, timeout, last_step)
+    after = progress.read_progress(job_dir) if running else before
+    stall = progress.assess(after, world_size) if running else None
+    advanced = sorted(r for r, p in after.items() if r in before and p.step != before[r].step)
+
+    ranks: list[dict[str, Any]] = []
+    groups: dict[tuple[stacks.Frame, ...], dict[str, Any]] = {}
+    acts: dict[int, stacks.Activity] = {}
+    for rank in range(world_size):
+        entry: dict[str, Any] = {"rank": rank}
+        live = alive.get(rank)
+        entry["liveness"] = live.state if live else "unknown"
+        entry["pid"] = live.pid if live else None
+        entry["exit"] = live.exit if live else None
+        p = after.get(rank)
+        entry["step"] = p.step if p else None
+        entry["last_step_time"] = p.time if p else None
+        entry["last_step_ago_s"] = round(started - p.time, 3) if p else None
+        dump = dumps.get(rank)
+        entry["answered"] = dump is not None and dump[2] == "signal"
+        entry["stacks_from"] = dump[2] if dump else None
+        entry["stacks_time"] = dump[3] if dump else None
+        entry["activity"] = None
+        entry["code"] = None
+        entry["group"] = None
+        entry["threads"] = []
+        if dump is not None:
+            threads, main_id, _, _ = dump
+            main = stacks.main_thread(threads, main_id)
+            entry["threads"] = [
+                {**t.to_dict(), "main": main is not None and t.id == main.id} for t in threads
+            ]
+            if main is not None:
+                act = stacks.activity(main)
+                acts[rank] = act
+                entry["activity"] = act.to_dict()
+                entry["code"] = _source_line(job_dir, act.user_frame)
+                group = groups.setdefault(
+                    main.frames,
+                    {
+                        "ranks": [],
+                        "summary": stacks.summary(main),
+                        "frames": [f.to_dict() for f in main.frames],
+                    },
+                )
+                group["ranks"].append(rank)
+        ranks.append(entry)
+
+    ordered = sorted(groups.values(), key=lambda g: g["ranks"][0])
+    for index, group in enumerate(ordered):
+        for rank in group["ranks"]:
+            ranks[rank]["group"] = index
+    for entry in ranks:
+        entry["line"] = _rank_line(entry, acts.get(entry["rank"]))
+
+    kind, headline = classify(
+        job_id=job_id,
+        state=state,
+        reason=reason,
+        world_size=world_size,
+        liveness=alive,
+        acts=acts,
+        stall=stall,
+        advanced=advanced,
+    )
+    notes = []
+    asked = [e["rank"] for e in ranks if e["liveness"] == "running"]
+    silent = [r for r in asked if not ranks[r]["answered"]]
+    if running and local and silent:
+        notes.append(
+            f"{format_ranks(silent)} did not answer with stacks (starting up, or hooks not"
+            " installed)"
+        )
+    if running and not local:
+        notes.append(
+            f"on the {backend} backend stacks come only from the ranks' watchdog"
+            f" (after {hooks.WATCHDOG_FLOOR_S:g} s without an alchemist.log call)"
+        )
+    if running and not after:
+        notes.append("the job logged no steps (alchemist.log): progress cannot be judged")
+    return {
+        "job_id": job_id,
+        "state": state,
+        "classification": kind,
+        "headline": headline,
+        "stall": stall.to_dict() if stall else None,
+        "world_size": world_size,
+        "answered": sum(1 for e in ranks if e["answered"]),
+        "partial": bool(running and local and silent),
+        "ranks": ranks,
+        "groups": ordered,
+        "notes": notes,
+        "time": started,
+        "elapsed_s": round(time.time() - started, 3),
+    }
+
+
+def _rank_line(entry: dict[str, Any], act: stacks.Activity | None) -> str:
+    """``rank 0  running  step 12 (3 s ago)  all_reduce ← the cell (line 7)``."""
+    parts = [f"rank {entry['rank']}", entry["liveness"]]
+    if entry["exit"]:
+        parts.append(entry["exit"])
+    if entry["step"] is not None:
+        parts.append(f"step {entry['step']} ({entry['last_step_ago_s']:.0f} s ago)")
+    if act is not None:
+        if act.collective:
+            label = f" ({act.alchemist_wait})" if act.alchemist_wait else ""
+            doing = f"in {act.collective}{label} from {_doing(act)}"
+        elif act.rendezvous:
+            doing = "in init_process_group"
+        else:
+            doing = f"in {_doing(act)}"
+        parts.append(doing + (" [watchdog]" if entry["stacks_from"] == "watchdog" else ""))
+    elif entry["liveness"] == "running":
+        parts.append("no stacks")
+    return "  ".join(parts)
+
+
+def classify(
+    *,
+    job_id: str,
+    state: str,
+    reason: str | None,
+    world_size: int,
+    liveness: dict[int, collect.Liveness],
+    acts: dict[int, stacks.Activity],
+    stall: progress.Stall | None,
+    advanced: list[int],
+) -> tuple[str, str]:
+    """``(classification, headline)`` of a job from its ranks' state (see the module)."""
+    if state != "running":
+        ended = {"succeeded": "succeeded", "failed": "failed", "cancelled": "was cancelled"}
+        said = ended.get(state, f"is {state}")
+        return "not_running", f"job {job_id} {said}" + (f": {reason}" if reason else "")
+    dead = [r for r, lv in liveness.items() if lv.state in ("dead", "failed")]
+    if dead:
+        lv = liveness[dead[0]]
+        verb = "died" if lv.state == "dead" else "failed"
+        return "dead_rank", f"rank {dead[0]} {verb}: {lv.exit}" + (
+            f" (and {format_ranks(dead[1:])})" if dead[1:] else ""
+        )
+    if advanced:
+        return "running", (
+            f"the job is running: {format_ranks(advanced)} advanced during the diagnosis"
+        )
+    waiting = {r: a for r, a in acts.items() if a.collective}
+    joining = [r for r, a in acts.items() if a.rendezvous]
+    busy = {r: a for r, a in acts.items() if not a.collective and not a.rendezvous}
+    finished = [r for r, lv in liveness.items() if lv.state == "finished"]
+    absent = [r for r, lv in liveness.items() if lv.state == "not started"]
+    unanswered = [
+        r
+        for r in range(world_size)
+        if r not in acts and (r not in liveness or liveness[r].state == "running")
+    ]
+    if joining and (absent or busy or len(joining) < world_size):
+        late = absent or sorted(set(range(world_size)) - set(joining))
+        return "rendezvous_wait", (
+            f"waiting for {format_ranks(late)} to join: {format_ranks(joining)}"
+            f" {_s(joining, 'wait')} in init_process_group"
+        )
+    if waiting and (busy or finished or unanswered):
+        ops = sorted({a.collective for a in waiting.values() if a.collective})
+        op = " / ".join(ops)
+        lagging = []
+        for r, a in sorted(busy.items()):
+            lagging.append(f"rank {r} has not reached {op}; it is in {_doing(a)}")
+        if unanswered:
+            lagging.append(
+                f"{format_ranks(unanswered)} {'has' if len(unanswered) == 1 else 'have'}"
+                f" not reached {op} (gave no stacks)"
+            )
+        if finished:
+            lagging.append(f"{format_ranks(finished)} finished without reaching {op}")
+        wait_where = sorted({_doing(a) for a in waiting.values()})
+        waiters = f"{format_ranks(sorted(waiting))} {_s(list(waiting), 'wait')}"
+        labels = {a.alchemist_wait for a in waiting.values()}
+        if labels == {"the checkpoint barrier"}:
+            return "checkpoint_barrier", (
+                f"{waiters} at the checkpoint barrier (Alchemist's own wait, not a hang)"
+                f" for the others: " + "; ".join(lagging)
+            )
+        return "missing_rank", (
+            "; ".join(lagging) + f"; {waiters} in {op} from {', '.join(wait_where)}"
+        )
+    if waiting and len(waiting) == len(acts):
+        kinds = {a.collective or "" for a in waiting.values()}
+        if len(kinds) > 1:
+            each = "; ".join(
+                f"rank {r} in {a.collective} from {_doing(a)}" for r, a in sorted(waiting.items())
+            )
+            return "desync", f"the ranks wait in different collectives: {each}"
+        op = next(iter(kinds))
+        where = ", ".join(sorted({_doing(a) for a in waiting.values()}))
+        return "transport_hang", (
+            f"every rank that answered waits in {op} from {where}: no rank is missing;"
+            " if this lasts, suspect the transport (network, NCCL, GPU)"
+        )
+    if busy and not waiting and stall is not None and stall.stalled:
+        each = "; ".join(f"rank {r} in {_doing(a)}" for r, a in sorted(busy.items()))
+        return "user_deadlock", (
+            f"no rank is in a collective and none advanced for {stall.idle_s:.0f} s: {each}"
+        )
+    if not acts:
+        note = f": {stall.note}" if stall else ""
+        return "running", f"the job is running; no rank answered with stacks{note}"
+    each = "; ".join(f"rank {r} in {_doing(a)}" for r, a in sorted(busy.items()))
+    return "running", f"the job is running; no rank waits in a collective: {each}"
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The report as text: the headline, a line per rank, the grouped stacks, the notes."""
+    out = [report["headline"]]
+    out.extend(f"  {entry['line']}" for entry in report["ranks"])
+    if report["world_size"] > 2:  # ranks with the same stack, together
+        out.append("stacks:")
+        out.extend(f"  {format_ranks(g['ranks'])}: {g['summary']}" for g in report["groups"])
+    out.extend(f"note: {n}" for n in report["notes"])
+    return "\n".join(out)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 from alchemist import client, config
 from alchemist.jobdir import JobDir, make_private_dir
 from alchemist.testing.fakes import NeverStartsBackend
+from tests.core.helpers import as_nobody
 
 SCRIPT = "from helper import VALUE\nprint(VALUE)\n"
 
@@ -107,19 +107,6 @@ def open_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     shutil.rmtree(top, ignore_errors=True)
 
 
-def _as_nobody(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        list(argv),
-        user=65534,
-        group=65534,
-        extra_groups=[],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another account")
 def test_another_user_cannot_read_a_new_job_even_under_umask_0(
     open_home: Path,
@@ -135,7 +122,7 @@ def test_another_user_cannot_read_a_new_job_even_under_umask_0(
     root = job.job_dir.root
     # The control: nobody does reach the jobs folder, so the refusals below are the job
     # folder's own doing.
-    listed = _as_nobody("ls", str(open_home / "jobs"))
+    listed = as_nobody("ls", str(open_home / "jobs"))
     assert listed.returncode == 0 and job.id in listed.stdout
     for argv in (
         ("ls", str(root)),
@@ -143,7 +130,7 @@ def test_another_user_cannot_read_a_new_job_even_under_umask_0(
         ("cat", str(root / "bundle" / "source.py")),
         ("cat", str(root / "bundle" / "files" / "helper.py")),
     ):
-        denied = _as_nobody(*argv)
+        denied = as_nobody(*argv)
         assert denied.returncode != 0 and "Permission denied" in denied.stderr, argv
 
 

@@ -5,33 +5,16 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import threading
-import time
 from pathlib import Path
 
 from alchemist import store
-from alchemist.store import JobRecord, JobStore
-
-
-def _record(job_id: str, owner: str = "ana") -> JobRecord:
-    return JobRecord(
-        id=job_id,
-        owner=owner,
-        name="job",
-        backend="local",
-        state="pending",
-        reason=None,
-        created=time.time(),
-        started=None,
-        finished=None,
-        restarts=0,
-        spec={},
-        job_dir=f"/nowhere/{job_id}",
-    )
+from alchemist.store import JobStore
+from tests.core.helpers import job_record
 
 
 def _open_and_add(url: str, job_id: str, barrier: object) -> None:
     barrier.wait()  # type: ignore[attr-defined]
-    JobStore(url).add(_record(job_id))
+    JobStore(url).add(job_record(job_id))
 
 
 def test_threads_opening_a_fresh_store_all_record_their_job(alchemist_home: Path) -> None:
@@ -42,7 +25,7 @@ def test_threads_opening_a_fresh_store_all_record_their_job(alchemist_home: Path
     def submit(i: int) -> None:
         barrier.wait()
         try:
-            store.get_store().add(_record(f"t{i}"))
+            store.get_store().add(job_record(f"t{i}"))
         except BaseException as e:  # reported below, with the others
             errors.append(e)
 

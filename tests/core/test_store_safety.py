@@ -27,7 +27,6 @@ from sqlalchemy import create_engine
 
 from alchemist import client, config, store
 from alchemist.store import (
-    JobRecord,
     JobStore,
     filesystem_type,
     is_network_filesystem,
@@ -40,6 +39,7 @@ from alchemist.testing.fakes import (
     NeverStartsBackend,
     SlowCancelBackend,
 )
+from tests.core.helpers import as_nobody, job_record
 
 # A mount table as /proc/self/mountinfo writes it: optional tag fields, a mount point
 # with an escaped space, a local folder mounted inside an NFS one, two mounts stacked
@@ -63,23 +63,6 @@ fs1:/export /home nfs rw,vers=3 0 0
 """
 
 
-def _record(job_id: str) -> JobRecord:
-    return JobRecord(
-        id=job_id,
-        owner="ana",
-        name="job",
-        backend="local",
-        state="pending",
-        reason=None,
-        created=time.time(),
-        started=None,
-        finished=None,
-        restarts=0,
-        spec={},
-        job_dir=f"/nowhere/{job_id}",
-    )
-
-
 @pytest.fixture
 def umask() -> Iterator[Callable[[int], None]]:
     """``umask(m)`` sets this process's umask for the test; the old one comes back after."""
@@ -101,19 +84,6 @@ def open_folder() -> Iterator[Path]:
     os.chmod(folder, 0o755)
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
-
-
-def _as_nobody(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        list(argv),
-        user=65534,
-        group=65534,
-        extra_groups=[],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
 
 
 def _mode(path: Path) -> int:
@@ -196,7 +166,7 @@ def test_an_index_on_a_local_disk_uses_wal(tmp_path: Path) -> None:
     fstype = filesystem_type(os.path.realpath(tmp_path), table)
     assert fstype is not None and not is_network_filesystem(fstype), fstype
     s = JobStore(f"sqlite:///{tmp_path / 'jobs.sqlite'}")
-    s.add(_record("j1"))
+    s.add(job_record("j1"))
     assert s.journal_mode == "wal"
     assert _journal_mode_on_disk(tmp_path / "jobs.sqlite") == "wal"
 
@@ -214,8 +184,8 @@ def test_an_index_on_nfs_uses_the_rollback_journal_and_warns_once(
     db = tmp_path / "jobs.sqlite"
     with caplog.at_level(logging.WARNING, logger="alchemist.store"):
         s = JobStore(f"sqlite:///{db}")
-        s.add(_record("j1"))
-        JobStore(f"sqlite:///{db}").add(_record("j2"))  # a second store: no second warning
+        s.add(job_record("j1"))
+        JobStore(f"sqlite:///{db}").add(job_record("j2"))  # a second store: no second warning
     assert s.journal_mode == "delete"
     assert _journal_mode_on_disk(db) == "delete"
     assert not db.with_name("jobs.sqlite-wal").exists()
@@ -240,7 +210,7 @@ def test_an_index_on_a_real_fuse_mount_uses_the_rollback_journal(tmp_path: Path)
     subprocess.run(["bindfs", str(source), str(mount)], check=True, timeout=30)
     try:
         s = JobStore(f"sqlite:///{mount / 'index' / 'jobs.sqlite'}")
-        s.add(_record("j1"))
+        s.add(job_record("j1"))
         assert s.journal_mode == "delete"
         assert _journal_mode_on_disk(source / "index" / "jobs.sqlite") == "delete"
         assert [r.id for r in s.list("ana")] == ["j1"]
@@ -255,14 +225,14 @@ def test_an_index_left_in_wal_on_nfs_leaves_it(
     """An index an earlier version put in WAL mode on NFS is switched to the rollback journal."""
     db = tmp_path / "jobs.sqlite"
     old = JobStore(f"sqlite:///{db}")  # an earlier version, on a local disk: WAL
-    old.add(_record("old"))
+    old.add(job_record("old"))
     assert _journal_mode_on_disk(db) == "wal"
     _nfs_over(monkeypatch, tmp_path)
     s = JobStore(f"sqlite:///{db}")
     # While the earlier process still has the index open it cannot leave WAL; the
     # store neither fails nor stalls meanwhile.
     began = time.monotonic()
-    s.add(_record("new"))
+    s.add(job_record("new"))
     assert sorted(r.id for r in s.list("ana")) == ["new", "old"]
     assert time.monotonic() - began < 5
     assert _journal_mode_on_disk(db) == "wal"
@@ -332,7 +302,7 @@ def test_an_in_memory_sqlite_store_works(tmp_path: Path, monkeypatch: pytest.Mon
     cwd.mkdir()
     monkeypatch.chdir(cwd)
     s = JobStore("sqlite://")
-    s.add(_record("m1"))
+    s.add(job_record("m1"))
     assert [r.id for r in s.list("ana")] == ["m1"]
     assert s.path is None and s.journal_mode is None
     assert list(cwd.iterdir()) == []
@@ -349,7 +319,7 @@ def test_the_index_file_and_its_journals_are_0600_in_a_0700_folder(
     folder = tmp_path / "fresh" / "index"
     db = folder / "jobs.sqlite"
     s = JobStore(f"sqlite:///{db}")
-    s.add(_record("j1"))
+    s.add(job_record("j1"))
     assert _mode(tmp_path / "fresh") == 0o700
     assert _mode(folder) == 0o700
     # WAL: the store's pooled connection keeps -wal and -shm in place.
@@ -380,7 +350,7 @@ def test_a_fresh_alchemist_home_and_its_index_are_private(
     home = tmp_path / "new-home"
     monkeypatch.setenv("ALCHEMIST_HOME", str(home))
     s = store.get_store()
-    s.add(_record("j1"))
+    s.add(job_record("j1"))
     assert _mode(home) == 0o700
     assert _mode(home / "jobs.sqlite") == 0o600
 
@@ -389,7 +359,7 @@ def test_an_index_an_earlier_version_left_readable_is_closed(tmp_path: Path) -> 
     db = tmp_path / "jobs.sqlite"
     db.touch()
     os.chmod(db, 0o644)
-    JobStore(f"sqlite:///{db}").add(_record("j1"))
+    JobStore(f"sqlite:///{db}").add(job_record("j1"))
     assert _mode(db) == 0o600
 
 
@@ -401,17 +371,17 @@ def test_another_user_cannot_read_the_index(
     """``nobody`` tries to read the index in a folder it may enter, and fails."""
     umask(mask)
     db = open_folder / "jobs.sqlite"
-    JobStore(f"sqlite:///{db}").add(_record("secret-job"))
+    JobStore(f"sqlite:///{db}").add(job_record("secret-job"))
     control = open_folder / "readable.txt"
     control.write_text("anyone")
     os.chmod(control, 0o644)
-    assert _as_nobody("cat", str(control)).stdout == "anyone"  # nobody does reach this folder
+    assert as_nobody("cat", str(control)).stdout == "anyone"  # nobody does reach this folder
     for name in ("jobs.sqlite", "jobs.sqlite-wal", "jobs.sqlite-shm"):
-        denied = _as_nobody("cat", str(open_folder / name))
+        denied = as_nobody("cat", str(open_folder / name))
         assert denied.returncode != 0 and "Permission denied" in denied.stderr, name
     # An index folder Alchemist makes is closed too: nobody cannot even list it.
-    JobStore(f"sqlite:///{open_folder / 'made' / 'jobs.sqlite'}").add(_record("j"))
-    listing = _as_nobody("ls", str(open_folder / "made"))
+    JobStore(f"sqlite:///{open_folder / 'made' / 'jobs.sqlite'}").add(job_record("j"))
+    listing = as_nobody("ls", str(open_folder / "made"))
     assert listing.returncode != 0 and "Permission denied" in listing.stderr
 
 

@@ -53,6 +53,7 @@ from alchemist.metrics.attempts import AttemptTracker
 from alchemist.metrics.reader import MetricsReader
 from alchemist.metrics.reporter import META_KEYS
 from alchemist.spec import JobState, JobStatus
+from alchemist.widgets.diagnosis import diagnosis_html, error_html
 from alchemist.widgets.downsample import Series
 
 DEFAULT_INTERVAL = 0.15
@@ -187,6 +188,8 @@ class MonitorData:
         self.log_cursors: dict[int, int] = {}
         self._last_status = 0.0
         self.finished_reading = False
+        #: the job's stall note while it runs and no rank advanced (``Job.stalled``)
+        self.stalled: str | None = None
 
     # -- reading ------------------------------------------------------------------------
     def poll(self, force_status: bool = False) -> Changes:
@@ -200,6 +203,10 @@ class MonitorData:
             if status.to_dict() != self.status.to_dict():
                 changes.status = True
             self.status = status
+            stalled = _stall_note(self.job, status)
+            if stalled != self.stalled:
+                changes.status = True
+            self.stalled = stalled
         events, self.metrics_cursor = self._metrics_reader.read(
             self.metrics_cursor, max_bytes=READ_BUDGET
         )
@@ -302,6 +309,19 @@ class MonitorData:
         return len(s) if s is not None else 0
 
 
+def _stall_note(job: MonitoredJob, status: JobStatus) -> str | None:
+    """The job's stall note (``Job.stalled``: the tails of its metrics files, read on the
+    status poll, once a second); None for a job without one (a stand-in) or not running."""
+    stalled = getattr(job, "stalled", None)
+    if stalled is None or status.state != JobState.RUNNING:
+        return None
+    try:
+        note = stalled(status)
+    except Exception:  # a vanished job directory: no note, not a broken monitor
+        return None
+    return str(note) if note else None
+
+
 def _world_size(info: dict[str, Any]) -> int | None:
     spec = info.get("spec") or {}
     workers = spec.get("workers")
@@ -344,13 +364,19 @@ def header_html(data: MonitorData) -> str:
     colour = _STATE_COLOURS.get(st.state.value, "#444")
     reason = f' <span style="color:{colour}">— {html.escape(st.reason)}</span>' if st.reason else ""
     restarts = f" · restarts {st.restarts}" if st.restarts else ""
+    stalled = (
+        f' <span class="alchemist-stalled" style="color:#d62728">stalled:'
+        f" {html.escape(data.stalled)}</span>"
+        if data.stalled
+        else ""
+    )
     gpus = int(info.get("gpus_per_worker") or 0)
     return (
         f'<div class="alchemist-header"><b>{html.escape(str(info.get("name", "")))}</b>'
         f" <code>{html.escape(str(info.get('id', '')))}</code>"
         f' <span class="alchemist-state" data-state="{st.state.value}"'
         f' style="background:{colour};color:white;padding:1px 6px;border-radius:3px">'
-        f"{st.state.value}</span>{reason}<br>"
+        f"{st.state.value}</span>{reason}{stalled}<br>"
         f"elapsed {fmt_duration(data.elapsed())} · workers {info.get('workers', '?')}"
         f" · world size {data.world_size} · GPUs/worker {gpus}"
         f" · algorithm {html.escape(str(info.get('algorithm', '?')))}{restarts}</div>"
@@ -472,6 +498,7 @@ def summary_text(data: MonitorData, log_lines: int = 10) -> str:
     lines = [
         f"job {info.get('id')} ({info.get('name')}): {st.state.value}"
         + (f" — {st.reason}" if st.reason else "")
+        + (f", stalled: {data.stalled}" if data.stalled else "")
         + f", elapsed {fmt_duration(data.elapsed())}, world size {data.world_size},"
         f" algorithm {info.get('algorithm', '?')}"
     ]
@@ -522,6 +549,9 @@ class JobMonitor:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.tensorboard_url: str | None = None
+        #: the last report the Diagnose button (or :meth:`diagnose`) got
+        self.diagnosis: dict[str, Any] | None = None
+        self._diagnose_thread: threading.Thread | None = None
         self.updates = 0
         self.update()
 
@@ -618,6 +648,38 @@ class JobMonitor:
             )
         return handle.url
 
+    def diagnose(self) -> dict[str, Any]:
+        """Diagnose the job (``job.diagnose()``: which rank, and where), show the report
+        under the buttons and return it. It waits up to 3 s for the ranks' stacks."""
+        run = getattr(self.job, "diagnose", None)
+        if run is None:
+            raise TypeError(f"{type(self.job).__name__} has no diagnose(): cannot diagnose it")
+        report: dict[str, Any] = run()
+        self.diagnosis = report
+        if self._widget is not None:
+            self._diagnosis.value = diagnosis_html(report)
+        return report
+
+    def _on_diagnose(self) -> None:
+        """The Diagnose button: :meth:`diagnose` on a thread, like the background
+        updates, so the cell's event loop keeps updating the monitor while the ranks
+        answer; the button is disabled until the report is shown."""
+        if self._diagnose_thread is not None and self._diagnose_thread.is_alive():
+            return
+        self._diagnose_button.disabled = True
+        self._diagnosis.value = "<i>diagnosing…</i>"
+
+        def run() -> None:
+            try:
+                self.diagnose()
+            except Exception as e:  # shown, not raised into the frontend's void
+                self._diagnosis.value = error_html(str(e) or type(e).__name__)
+            finally:
+                self._diagnose_button.disabled = self.data.status.state.is_terminal
+
+        self._diagnose_thread = threading.Thread(target=run, name="alchemist-diagnose", daemon=True)
+        self._diagnose_thread.start()
+
     def set_ranks(self, ranks: Iterable[int]) -> None:
         """Draw the curves of these ranks (rank selection in the widget calls this)."""
         with self._lock:
@@ -659,6 +721,14 @@ class JobMonitor:
                 self._tb_link.value = f"<span style='color:#d62728'>{html.escape(str(e))}</span>"
 
         self._tb_button.on_click(on_tb)
+        self._diagnose_button = w.Button(
+            description="Diagnose",
+            icon="stethoscope",
+            tooltip="which rank, and where: ask every rank for its stack",
+            disabled=d.status.state.is_terminal,
+        )
+        self._diagnose_button.on_click(lambda _b: self._on_diagnose())
+        self._diagnosis = w.HTML("")
         self._rank_select = w.SelectMultiple(
             options=[(f"rank {r}", r) for r in range(d.world_size)],
             value=tuple(r for r in self.ranks if r < d.world_size),
@@ -678,11 +748,14 @@ class JobMonitor:
         self._log_rank.observe(lambda _ch: self._render_logs(), names="value")
         self._log = w.HTML()
         self._log.add_class("alchemist-log")
-        controls = w.HBox([self._cancel_button, self._tb_button, self._tb_link])
+        controls = w.HBox(
+            [self._cancel_button, self._tb_button, self._diagnose_button, self._tb_link]
+        )
         self._widget = w.VBox(
             [
                 self._header,
                 controls,
+                self._diagnosis,
                 self._rank_select,
                 self._charts,
                 w.HTML("<b>progress</b>"),
@@ -749,6 +822,8 @@ class JobMonitor:
         if changes.status or d.status.state.value == "running":
             self._header.value = header_html(d)  # elapsed time moves while running
         self._cancel_button.disabled = d.status.state.is_terminal
+        diagnosing = self._diagnose_thread is not None and self._diagnose_thread.is_alive()
+        self._diagnose_button.disabled = d.status.state.is_terminal or diagnosing
         for name in changes.new_metrics:
             if name not in self._figures:
                 self._add_chart(name)

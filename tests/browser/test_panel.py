@@ -344,6 +344,18 @@ def test_cancel_a_long_job_from_its_view(page: Any, lab: Lab) -> None:
     view.locator(".jp-Alchemist-jobHeader .jp-Alchemist-state", has_text="running").wait_for(
         timeout=120_000
     )
+    # Diagnose: the headline (a sleeping job logs no steps: whatever class it reads as)
+    # and one line per rank, from GET jobs/<id>/diagnosis; no stall note (no steps).
+    view.locator(".jp-Alchemist-logs", has_text="long job started").wait_for()
+    view.get_by_role("button", name="Diagnose").click()
+    headline = view.locator(".jp-Alchemist-diagnosisHeadline strong")
+    headline.wait_for()
+    assert headline.inner_text().strip()
+    ranks = view.locator(".jp-Alchemist-diagnosis li[data-rank]")
+    expect(ranks).to_have_count(2)
+    texts = ranks.all_inner_texts()
+    assert re.match(r"rank 0\s+running", texts[0]) and texts[1].startswith("rank 1"), texts
+    expect(view.locator(".jp-Alchemist-stalled")).to_have_text("")
     view.get_by_role("button", name="Cancel").click()
     view.locator(".jp-Alchemist-jobHeader .jp-Alchemist-state", has_text="cancelled").wait_for()
     (job,) = [j for j in lab.api("jobs")["jobs"] if j["name"] == "long-run"]

@@ -9,6 +9,7 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
 import {
+  IDiagnosis,
   IFailure,
   IJob,
   IMetricEvent,
@@ -129,6 +130,9 @@ export const api = {
   },
   logs(id: string, rank: number, since: number): Promise<ILogChunk> {
     return requestAPI(`jobs/${encodeURIComponent(id)}/logs`, {}, { rank, since });
+  },
+  diagnosis(id: string): Promise<IDiagnosis> {
+    return requestAPI(`jobs/${encodeURIComponent(id)}/diagnosis`);
   },
   tensorboard(id: string): Promise<{ url: string }> {
     return requestAPI(`jobs/${encodeURIComponent(id)}/tensorboard`, jsonInit('POST', {}));

@@ -44,6 +44,13 @@ export interface IJob {
   job_dir?: string;
   /** The newest metric event of the job, if it logged any. */
   latest?: IMetricEvent | null;
+  /** While it runs and no rank advanced for the stall threshold: a note naming the laggard. */
+  stalled?: string | null;
+}
+
+/** `stalled: <note>` for a stalled job, else an empty string. */
+export function describeStall(job: IJob): string {
+  return job.stalled ? `stalled: ${job.stalled}` : '';
 }
 
 /** True when the job will not change state again. */
@@ -638,4 +645,97 @@ export function explainFailure(failure: IFailure): string {
     return 'The Jupyter server refused the request: log in again, then reload the page.';
   }
   return `The Alchemist server answered ${failure.status}: see the Jupyter server’s log.`;
+}
+
+/** A frame of a diagnosis report (most recent call first in a stack). */
+export interface IDiagnosisFrame {
+  file: string;
+  line: number;
+  function: string;
+}
+
+/** One rank of a diagnosis report (alchemist/diagnosis/report.py). */
+export interface IDiagnosisRank {
+  rank: number;
+  liveness: string;
+  step?: number | null;
+  last_step_ago_s?: number | null;
+  answered?: boolean;
+  /** The text of the rank's innermost user line, when it is in the cell or script. */
+  code?: string | null;
+  /** The report's own summary: `rank 0  running  step 9 (3 s ago)  in all_reduce from …`. */
+  line: string;
+}
+
+/** Ranks whose main-thread stacks are identical. */
+export interface IDiagnosisGroup {
+  ranks: number[];
+  summary: string;
+  frames: IDiagnosisFrame[];
+}
+
+/** `GET /jobs/{id}/diagnosis`: which rank is stuck, and where. */
+export interface IDiagnosis {
+  job_id: string;
+  state: string;
+  classification: string;
+  headline: string;
+  ranks: IDiagnosisRank[];
+  groups: IDiagnosisGroup[];
+  notes: string[];
+  partial: boolean;
+}
+
+/** What the job view shows of a report: plain strings, rendered as text (never HTML). */
+export interface IDiagnosisView {
+  headline: string;
+  classification: string;
+  ranks: { rank: number; text: string; code: string }[];
+  groups: { title: string; frames: string[] }[];
+  notes: string[];
+}
+
+/** `[0, 1, 2, 4]` → `ranks 0–2, 4`; one rank is `rank 3` (as the report words it). */
+export function formatRanks(ranks: readonly number[]): string {
+  const all = Array.from(new Set(ranks)).sort((a, b) => a - b);
+  if (all.length === 1) {
+    return `rank ${all[0]}`;
+  }
+  const parts: string[] = [];
+  let start = all[0];
+  let prev = all[0];
+  for (const r of [...all.slice(1), undefined]) {
+    if (r !== undefined && r === prev + 1) {
+      prev = r;
+      continue;
+    }
+    parts.push(start === prev ? String(start) : `${start}–${prev}`);
+    if (r !== undefined) {
+      start = prev = r;
+    }
+  }
+  return `ranks ${parts.join(', ')}`;
+}
+
+/** `load_batch (<cell>:5)`: a stack frame on one line. */
+export function formatFrame(frame: IDiagnosisFrame): string {
+  return `${frame.function} (${frame.file}:${frame.line})`;
+}
+
+/** The report as the job view shows it: headline, a line per rank, grouped stacks, notes. */
+export function describeDiagnosis(report: IDiagnosis): IDiagnosisView {
+  const notes = [...(report.notes ?? [])];
+  if (report.partial) {
+    notes.push('partial: some running ranks gave no stacks');
+  }
+  return {
+    headline: report.headline,
+    classification: report.classification,
+    ranks: (report.ranks ?? []).map(r => ({ rank: r.rank, text: r.line, code: r.code ?? '' })),
+    groups: (report.groups ?? []).map(g => ({
+      title: `${formatRanks(g.ranks)}: ${g.summary}`,
+      frames: (g.frames ?? []).map(formatFrame)
+    })),
+    notes
+  };
 }

@@ -21,7 +21,9 @@ import {
   LogBuffer,
   MetricSeries,
   defaultText,
+  describeDiagnosis,
   describeLatest,
+  describeStall,
   elapsedSeconds,
   extraOptions,
   filterAndSort,
@@ -602,6 +604,54 @@ export class JobView extends Widget {
     }
   }
 
+  /**
+   * Diagnose the job (`GET /jobs/{id}/diagnosis`: the ranks' stacks, up to 3 s) and
+   * show the headline, a line per rank and the grouped stacks under the buttons.
+   */
+  async diagnose(): Promise<void> {
+    this._diagnosing = true;
+    this._diagnoseButton.disabled = true;
+    this._message.note('Diagnosing…');
+    try {
+      const view = describeDiagnosis(await api.diagnosis(this.jobId));
+      this._diagnosis.replaceChildren(
+        h(
+          'p',
+          { class: 'jp-Alchemist-diagnosisHeadline', 'data-classification': view.classification },
+          h('strong', {}, view.headline),
+          ` (${view.classification})`
+        ),
+        h(
+          'ul',
+          { class: 'jp-Alchemist-diagnosisRanks' },
+          ...view.ranks.map(r =>
+            h(
+              'li',
+              { 'data-rank': r.rank },
+              h('code', {}, r.text),
+              ...(r.code ? [' ', h('code', { class: 'jp-Alchemist-diagnosisCode' }, r.code)] : [])
+            )
+          )
+        ),
+        ...view.groups.map(g =>
+          h(
+            'details',
+            { class: 'jp-Alchemist-diagnosisGroup' },
+            h('summary', {}, g.title),
+            h('pre', {}, g.frames.join('\n'))
+          )
+        ),
+        ...view.notes.map(n => h('p', { class: 'jp-Alchemist-diagnosisNote' }, `note: ${n}`))
+      );
+      this._message.clear();
+    } catch (error) {
+      this._message.error(messageOf(error));
+    } finally {
+      this._diagnosing = false;
+      this._diagnoseButton.disabled = isTerminal(this._job?.state ?? '');
+    }
+  }
+
   /** Open the job's TensorBoard in a new browser tab. */
   async openTensorBoard(): Promise<void> {
     // Open the tab inside the click (popup blockers), then point it at TensorBoard.
@@ -682,7 +732,9 @@ export class JobView extends Widget {
     this._detail.textContent =
       `${job.backend} · ${formatElapsed(elapsedSeconds(job, now))}` +
       (job.reason ? ` · ${job.reason}` : '');
+    this._stalled.textContent = describeStall(job);
     this._cancelButton.disabled = isTerminal(job.state);
+    this._diagnoseButton.disabled = isTerminal(job.state) || this._diagnosing;
     this._spec.textContent = JSON.stringify(job.spec ?? {}, null, 2);
   }
 
@@ -693,6 +745,8 @@ export class JobView extends Widget {
       return b;
     };
     this._cancelButton = button('Cancel', () => void this.cancel(), 'jp-mod-warn');
+    this._diagnoseButton = button('Diagnose', () => void this.diagnose());
+    this._diagnoseButton.title = 'Which rank is stuck, and where: asks every rank for its stack';
     this._rankSelect.addEventListener('change', () => {
       this._logView.textContent = '';
       void this._poll.refresh();
@@ -704,16 +758,19 @@ export class JobView extends Widget {
         { class: 'jp-Alchemist-jobHeader' },
         h('h2', {}, this.jobId),
         this._state,
-        this._detail
+        this._detail,
+        this._stalled
       ),
       h(
         'div',
         { class: 'jp-Alchemist-buttons' },
         this._cancelButton,
         button('TensorBoard', () => void this.openTensorBoard()),
+        this._diagnoseButton,
         button('Insert attach cell', () => this._host.insertAttachCell(this.jobId))
       ),
       this._message.node,
+      this._diagnosis,
       h('h3', {}, 'Learning curves'),
       this._chartsNode,
       h('h3', {}, 'Logs ', this._rankSelect),
@@ -733,6 +790,13 @@ export class JobView extends Widget {
   private _state = h('span', { class: 'jp-Alchemist-state' });
   private _detail = h('span', { class: 'jp-Alchemist-detail' });
   private _cancelButton!: HTMLButtonElement;
+  private _diagnoseButton!: HTMLButtonElement;
+  private _diagnosing = false;
+  private _stalled = h('span', {
+    class: 'jp-Alchemist-stalled',
+    style: 'margin-left: 0.5em; color: var(--jp-warn-color0)'
+  });
+  private _diagnosis = h('div', { class: 'jp-Alchemist-diagnosis' });
   private _rankSelect = h('select', { class: 'jp-mod-styled', name: 'rank' });
   private _logView = h('pre', { class: 'jp-Alchemist-logs' });
   private _spec = h('pre', { class: 'jp-Alchemist-spec' });

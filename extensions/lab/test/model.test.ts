@@ -10,7 +10,11 @@ import {
   ILaunchForm,
   LogBuffer,
   MetricSeries,
+  IDiagnosis,
+  describeDiagnosis,
   describeLatest,
+  describeStall,
+  formatRanks,
   elapsedSeconds,
   explainFailure,
   filterAndSort,
@@ -392,5 +396,96 @@ describe('explainFailure', () => {
   it('gives a status-specific line otherwise', () => {
     assert.match(explainFailure({ status: 403, text: 'Forbidden' }), /log in again/);
     assert.match(explainFailure({ status: 500, text: 'boom' }), /answered 500/);
+  });
+});
+
+describe('stall note and diagnosis', () => {
+  const report: IDiagnosis = {
+    job_id: 'j1',
+    state: 'running',
+    classification: 'missing_rank',
+    headline:
+      'rank 1 has not reached all_reduce; it is in `load_batch` (cell line 4); ' +
+      'rank 0 waits in all_reduce from the cell (line 12)',
+    ranks: [
+      {
+        rank: 0,
+        liveness: 'running',
+        step: 9,
+        answered: true,
+        code: 'dist.all_reduce(torch.ones(1))',
+        line: 'rank 0  running  step 9 (3 s ago)  in all_reduce from the cell (line 12)'
+      },
+      {
+        rank: 1,
+        liveness: 'running',
+        step: 4,
+        answered: false,
+        code: null,
+        line: 'rank 1  running  step 4 (3 s ago)  no stacks'
+      }
+    ],
+    groups: [
+      {
+        ranks: [0],
+        summary: 'all_reduce ← <cell>:12',
+        frames: [
+          { file: '/x/torch/distributed/c10d.py', line: 2, function: 'all_reduce' },
+          { file: '<cell>', line: 12, function: '<module>' }
+        ]
+      }
+    ],
+    notes: ['rank 1 did not answer with stacks'],
+    partial: true
+  };
+
+  it('shows the stall note of a stalled job only', () => {
+    assert.equal(
+      describeStall(job('a', 1, 'running', { stalled: 'no rank advanced for 41 s' })),
+      'stalled: no rank advanced for 41 s'
+    );
+    assert.equal(describeStall(job('a', 1, 'running', { stalled: null })), '');
+    assert.equal(describeStall(job('a', 1)), '');
+  });
+
+  it('words rank ranges as the report does', () => {
+    assert.equal(formatRanks([7, 6, 0, 1, 2, 4]), 'ranks 0–2, 4, 6–7');
+    assert.equal(formatRanks([3]), 'rank 3');
+  });
+
+  it('renders the headline, a line per rank, grouped stacks and notes', () => {
+    const view = describeDiagnosis(report);
+    assert.equal(view.headline, report.headline);
+    assert.equal(view.classification, 'missing_rank');
+    assert.deepEqual(view.ranks, [
+      { rank: 0, text: report.ranks[0].line, code: 'dist.all_reduce(torch.ones(1))' },
+      { rank: 1, text: 'rank 1  running  step 4 (3 s ago)  no stacks', code: '' }
+    ]);
+    assert.deepEqual(view.groups, [
+      {
+        title: 'rank 0: all_reduce ← <cell>:12',
+        frames: ['all_reduce (/x/torch/distributed/c10d.py:2)', '<module> (<cell>:12)']
+      }
+    ]);
+    assert.deepEqual(view.notes, [
+      'rank 1 did not answer with stacks',
+      'partial: some running ranks gave no stacks'
+    ]);
+  });
+
+  it('renders a report without ranks or groups (a job that ended)', () => {
+    const view = describeDiagnosis({
+      ...report,
+      classification: 'not_running',
+      headline: 'job j1 succeeded',
+      ranks: [],
+      groups: [],
+      notes: [],
+      partial: false
+    });
+    assert.deepEqual(
+      [view.headline, view.ranks, view.groups, view.notes],
+      ['job j1 succeeded', [], [], []]
+    );
   });
 });

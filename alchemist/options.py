@@ -39,8 +39,10 @@ _EVERYWHERE = frozenset(ENTRY_POINTS)
 #: - ``int``, ``float``, ``str``: one value (JSON: a number or a string);
 #: - ``kv``: ``KEY=VALUE`` pairs, a repeatable flag (JSON: an object of strings);
 #: - ``kv_typed``: like ``kv``, with numbers and booleans read as such (:func:`coerce`);
-#: - ``names``: a comma-separated list (Python names, file patterns; JSON: a list of strings).
-TYPES = ("int", "float", "str", "kv", "kv_typed", "names")
+#: - ``names``: a comma-separated list (Python names, file patterns; JSON: a list of strings);
+#: - ``bool``: a switch, off by default: a flag without a value (JSON: ``true``/``false``; the
+#:   panel, which lists it with the choices ``true``/``false``, may send that text).
+TYPES = ("int", "float", "str", "kv", "kv_typed", "names", "bool")
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "int": (int,),
@@ -49,6 +51,7 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "kv": (dict,),
     "kv_typed": (dict,),
     "names": (list,),
+    "bool": (bool,),
 }
 _TYPE_NAMES = {
     str: "a string",
@@ -56,7 +59,10 @@ _TYPE_NAMES = {
     float: "a number",
     dict: "an object",
     list: "a list",
+    bool: "true or false",
 }
+#: The text forms of a ``bool`` option's values (the panel's choices).
+_BOOL_TEXT = {"true": True, "false": False}
 
 
 @dataclass(frozen=True)
@@ -237,6 +243,15 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
         # A script run by the CLI or the REST API has no caller to copy values back to.
         entry_points=frozenset({"magic", "python"}),
     ),
+    JobOption(
+        name="debug",
+        type="bool",
+        default=False,
+        help="run with TORCH_DISTRIBUTED_DEBUG=DETAIL: ranks that call different"
+        " collectives fail at once, naming both (slower collectives)",
+        flags=("--debug",),
+        label="Debug collectives",
+    ),
 )
 
 _BY_NAME = {opt.name: opt for opt in JOB_OPTIONS}
@@ -315,6 +330,8 @@ def argument_specs(entry_point: str) -> list[tuple[tuple[str, ...], dict[str, An
             kwargs.update(action="append", metavar=opt.metavar, default=None)
         elif opt.type == "names":
             kwargs.update(metavar=opt.metavar, default=None)
+        elif opt.type == "bool":
+            kwargs.update(action="store_true", default=opt.default)
         else:
             kwargs.update(type={"int": int, "float": float, "str": str}[opt.type])
             kwargs["default"] = opt.default
@@ -389,6 +406,8 @@ def spec_from_options(
             value = dict(value)
         elif opt.type == "names":
             value = [value] if isinstance(value, str) else list(value)
+        elif opt.type == "bool" and isinstance(value, str) and value.lower() in _BOOL_TEXT:
+            value = _BOOL_TEXT[value.lower()]  # the panel's choice, as text
         (resources if opt.resource else fields)[opt.resource or opt.name] = value
     return JobSpec(resources=Resources(**resources), entry=entry, **fields).validate()
 
@@ -413,6 +432,10 @@ def check_body_types(data: Mapping[str, Any]) -> tuple[str, str] | None:
         if value is None and opt.default is None:
             continue
         types = _JSON_TYPES[opt.type]
+        if opt.type == "bool":
+            if not isinstance(value, bool) and str(value).lower() not in _BOOL_TEXT:
+                return opt.name, f"{opt.name} must be true or false, got {json.dumps(value)}"
+            continue
         if isinstance(value, bool) or not isinstance(value, types):
             want = " or ".join(_TYPE_NAMES[t] for t in types)
             return opt.name, f"{opt.name} must be {want}, got {json.dumps(value)}"
@@ -439,7 +462,8 @@ def describe_options(entry_point: str = "rest") -> list[dict[str, Any]]:
             "flags": list(opt.flags),
             "resource": opt.resource,
             "minimum": opt.minimum,
-            "choices": list(opt.choices),
+            # a switch is offered as a choice of two (the panel has no other bool field)
+            "choices": list(_BOOL_TEXT) if opt.type == "bool" else list(opt.choices),
         }
         for opt in options_for(entry_point)
     ]

@@ -105,6 +105,8 @@ class JobSpec:
         include: for workers that cannot see the notebook's folder (Kubernetes), only its
             files matching these ``.gitignore``-style patterns travel (all when empty).
         exclude: files of the notebook's folder that never travel to such workers.
+        debug: run the ranks with ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` (ranks that call
+            different collectives fail at once, naming both; see docs/diagnosis.md).
 
     What a user may set, and from where, is the table in :mod:`alchemist.options`.
         entry: what the workers run: ``cell`` (a bundled notebook cell), ``script``
@@ -125,6 +127,7 @@ class JobSpec:
     image: str | None = None
     include: list[str] = field(default_factory=list)
     exclude: list[str] = field(default_factory=list)
+    debug: bool = False
     entry: str = "cell"
 
     @property
@@ -191,6 +194,8 @@ class JobSpec:
 
         compile_patterns(self.include, "--include")
         compile_patterns(self.exclude, "--exclude")
+        if not isinstance(self.debug, bool):
+            raise SpecError(f"debug must be true or false, got {self.debug!r}")
         if self.entry not in ("cell", "script", "function"):
             raise SpecError(f"entry must be cell, script or function, got {self.entry!r}")
         return self

@@ -32,7 +32,11 @@ RUNTIME_MODULE = "alchemist.runtime"
 
 
 def worker_env(job_id: str, job_dir: JobDir, spec: JobSpec) -> dict[str, str]:
-    """Variables the runtime reads to find its job; the user's ``env`` wins on conflicts."""
+    """Variables the runtime reads to find its job; the user's ``env`` wins on conflicts.
+
+    With ``spec.debug``, ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` too (ranks calling different
+    collectives fail at once, naming both: docs/diagnosis.md).
+    """
     env = {
         "ALCHEMIST_JOB_ID": job_id,
         "ALCHEMIST_JOB_DIR": str(job_dir.root),
@@ -41,6 +45,8 @@ def worker_env(job_id: str, job_dir: JobDir, spec: JobSpec) -> dict[str, str]:
         "OMP_NUM_THREADS": "1",
         "PYTHONUNBUFFERED": "1",
     }
+    if spec.debug:
+        env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
     env.update(spec.env)
     return env
 

@@ -2,12 +2,16 @@
 
 - :mod:`~alchemist.diagnosis.progress`: stall detection from the ranks' metric files;
 - :mod:`~alchemist.diagnosis.hooks`: what every rank installs at start-up (stacks on
-  ``SIGUSR1``, a stall watchdog);
+  ``SIGUSR1``, a stall watchdog, a responder answering request files);
+- :mod:`~alchemist.diagnosis.recorder`: PyTorch's flight recorder (collective sequence
+  ids), the one module that touches its private API;
 - :mod:`~alchemist.diagnosis.stacks`: reading faulthandler's dumps, finding the user's
   frame and the collective a rank waits in;
-- :mod:`~alchemist.diagnosis.collect`: asking a local job's ranks for their stacks;
+- :mod:`~alchemist.diagnosis.collect`: asking a job's ranks for their stacks (by signal
+  locally, by request file anywhere);
 - :mod:`~alchemist.diagnosis.report`: the one JSON report (classification, headline,
   per-rank entries, grouped stacks) every entry point shows.
 
-Diagnosis never changes a job's state. This package imports no torch.
+Diagnosis never changes a job's state. This package imports no torch (the recorder reads
+torch inside a rank that has imported it already).
 """

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ import psutil
 from alchemist import outcomes
 from alchemist.backends.local.procs import job_processes, read_pid
 from alchemist.diagnosis import hooks
-from alchemist.jobdir import JobDir
+from alchemist.jobdir import JobDir, make_private_dir
 
 #: Seconds to wait for every rank's stacks.
 STACKS_TIMEOUT_S = 3.0
@@ -169,3 +170,51 @@ def watchdog_stacks(job_dir: JobDir, rank: int) -> tuple[str, float] | None:
     except OSError:
         return None
     return (last_dump(text), when) if text.strip() else None
+
+
+def post_request(job_dir: JobDir) -> Path:
+    """Drop a new request file for every rank's responder; returns its path."""
+    folder = hooks.requests_dir(job_dir)
+    make_private_dir(hooks.debug_dir(job_dir))
+    make_private_dir(folder)
+    name = f"{time.time_ns()}-{os.getpid()}-{secrets.token_hex(3)}{hooks.REQUEST_SUFFIX}"
+    request = folder / name
+    fd = os.open(request, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.close(fd)
+    return request
+
+
+def wait_answers(request: Path, ranks: list[int], deadline: float) -> dict[int, str]:
+    """The answers to ``request`` of ``ranks`` that came before ``deadline`` (a
+    ``time.monotonic()`` value): rank → answer text. An answer is renamed into place
+    whole, so one that exists is complete."""
+    done: dict[int, str] = {}
+    while True:
+        for rank in ranks:
+            if rank in done:
+                continue
+            with contextlib.suppress(OSError):
+                done[rank] = hooks.answer_path(request, rank).read_text(errors="replace")
+        if len(done) == len(ranks) or time.monotonic() >= deadline:
+            return done
+        time.sleep(POLL_S)
+
+
+def remove_request(request: Path, ranks: list[int]) -> None:
+    """Remove ``request`` and the answers of ``ranks`` (a late answer stays: harmless)."""
+    for path in [request, *(hooks.answer_path(request, r) for r in ranks)]:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def request_answers(
+    job_dir: JobDir, ranks: list[int], timeout: float = STACKS_TIMEOUT_S
+) -> dict[int, str]:
+    """Ask ``ranks`` by request file and wait up to ``timeout`` s: rank → answer text
+    (every thread's stack, then the flight-recorder line); a rank that did not answer in
+    time is left out."""
+    request = post_request(job_dir)
+    try:
+        return wait_answers(request, ranks, time.monotonic() + timeout)
+    finally:
+        remove_request(request, ranks)

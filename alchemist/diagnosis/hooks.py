@@ -18,6 +18,14 @@
   is ``max(floor, 10 x the mean time between log calls)``; the floor is
   :data:`WATCHDOG_FLOOR_S`, or ``$ALCHEMIST_WATCHDOG_S`` (``0`` turns it off). See
   :class:`_Watchdog` for why it is not faulthandler's ``dump_traceback_later``.
+- **Request responder** (the path that needs no signal, no ``exec``: Kubernetes pods):
+  a daemon thread looks at ``debug/requests/`` every :data:`RESPONDER_POLL_S` seconds
+  (one ``stat`` of the folder; it lists the folder only when its mtime changed or is
+  recent) and answers each new ``<id>.req`` with ``<id>.req.rank-<r>.txt``: every
+  thread's stack (the watchdog's writer, :func:`all_thread_stacks`) and the rank's
+  newest flight-recorder entries (:mod:`~alchemist.diagnosis.recorder`). The answer is
+  written to a hidden file and renamed, so a reader never sees half of one. Like the
+  watchdog it needs the GIL: a rank holding it in C code answers when the call returns.
 - ``debug/hooks-rank-<r>.json`` says the hooks are in place (pid, main thread id): a
   collector signals only a rank that wrote it, since ``SIGUSR1`` kills a Python process
   that has no handler for it.
@@ -57,6 +65,17 @@ WATCHDOG_CHECK_S = 1.0
 WATCHDOG_MAX_BYTES = 1 << 20
 #: Frames written per thread, at most.
 MAX_FRAMES = 100
+#: The folder of request files, in :func:`debug_dir`.
+REQUESTS_DIR = "requests"
+#: A request file's name ends so.
+REQUEST_SUFFIX = ".req"
+#: Seconds between the responder's looks at the requests folder.
+RESPONDER_POLL_S = 0.5
+#: The responder lists the folder while its mtime is this recent (seconds), as well as
+#: when it changed: two requests within the file system's clock tick share one mtime.
+RESPONDER_FRESH_S = 2.0
+#: Requests older than this (seconds, by mtime) are not answered: nobody waits for them.
+REQUEST_MAX_AGE_S = 60.0
 
 
 def debug_dir(job_dir: JobDir) -> Path:
@@ -76,6 +95,16 @@ def watchdog_path(job_dir: JobDir, rank: int) -> Path:
 def marker_path(job_dir: JobDir, rank: int) -> Path:
     """``{pid, rank, main_thread, watchdog_s, time}``: rank ``rank``'s hooks are in place."""
     return debug_dir(job_dir) / f"hooks-rank-{rank}.json"
+
+
+def requests_dir(job_dir: JobDir) -> Path:
+    """Where collectors drop request files (:mod:`~alchemist.diagnosis.collect`)."""
+    return debug_dir(job_dir) / REQUESTS_DIR
+
+
+def answer_path(request: Path, rank: int) -> Path:
+    """Rank ``rank``'s answer to ``request``: ``<request>.rank-<r>.txt`` next to it."""
+    return request.with_name(f"{request.name}.rank-{rank}.txt")
 
 
 def read_marker(job_dir: JobDir, rank: int) -> dict[str, Any] | None:
@@ -102,6 +131,30 @@ def watchdog_floor() -> float:
     if value < 0:
         raise ValueError(f"{WATCHDOG_VAR} must be 0 or more, got {raw!r}")
     return value
+
+
+def all_thread_stacks(header: str) -> str:
+    """Every thread's stack but the calling one's, main thread first, in faulthandler's
+    format under ``header``: read with ``sys._current_frames()`` holding the GIL (safe;
+    see :class:`_Watchdog`). The watchdog and the request responder both write this."""
+    me = threading.get_ident()
+    lines = [header]
+    main = threading.main_thread().ident
+    found = sys._current_frames()
+    for ident in sorted(found, key=lambda i: i != main):  # the main thread first
+        frame = found[ident]
+        if ident == me:
+            continue
+        lines.append(f"Thread 0x{ident:016x} (most recent call first):")
+        depth: Any = frame
+        for _ in range(MAX_FRAMES):
+            if depth is None:
+                break
+            code = depth.f_code
+            lines.append(f'  File "{code.co_filename}", line {depth.f_lineno} in {code.co_name}')
+            depth = depth.f_back
+        lines.append("")
+    return "\n".join(lines) + "\n"
 
 
 class _Watchdog:
@@ -146,34 +199,73 @@ class _Watchdog:
                 dumped = now
 
     def _dump(self, idle: float) -> None:
-        me = threading.get_ident()
         minutes, seconds = divmod(int(idle), 60)
-        lines = [f"Timeout ({minutes // 60}:{minutes % 60:02d}:{seconds:02d})!"]
-        main = threading.main_thread().ident
-        found = sys._current_frames()
-        for ident in sorted(found, key=lambda i: i != main):  # the main thread first
-            frame = found[ident]
-            if ident == me:
-                continue
-            lines.append(f"Thread 0x{ident:016x} (most recent call first):")
-            depth: Any = frame
-            for _ in range(MAX_FRAMES):
-                if depth is None:
-                    break
-                code = depth.f_code
-                lines.append(
-                    f'  File "{code.co_filename}", line {depth.f_lineno} in {code.co_name}'
-                )
-                depth = depth.f_back
-            lines.append("")
+        text = all_thread_stacks(f"Timeout ({minutes // 60}:{minutes % 60:02d}:{seconds:02d})!")
         try:
             if self.file.tell() > WATCHDOG_MAX_BYTES:
                 self.file.truncate(0)  # keep the newest dumps, not an ever-growing file
                 self.file.seek(0)
-            self.file.write("\n".join(lines) + "\n")
+            self.file.write(text)
             self.file.flush()
         except (OSError, ValueError):
             self._stop.set()  # the disk is full or the file closed: stop quietly
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class _Responder:
+    """A daemon thread answering request files in ``folder`` (see the module docstring)."""
+
+    def __init__(self, folder: Path, rank: int, poll: float = RESPONDER_POLL_S) -> None:
+        self.folder = folder
+        self.rank = rank
+        self.poll = poll
+        self._mtime: int | None = None
+        self._answered: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="alchemist-responder", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll):
+            try:
+                mtime = os.stat(self.folder).st_mtime_ns
+            except OSError:
+                continue  # no request yet (the folder is made by the first collector)
+            fresh = time.time() - mtime / 1e9 < RESPONDER_FRESH_S
+            if mtime != self._mtime or fresh:
+                self._mtime = mtime
+                try:
+                    self.answer_new()
+                except OSError:
+                    pass  # the folder went away, or the disk is full: try again later
+
+    def answer_new(self) -> int:
+        """Answer every request not answered yet; returns how many were answered."""
+        from alchemist.diagnosis import recorder
+
+        count = 0
+        for name in sorted(os.listdir(self.folder)):
+            if not name.endswith(REQUEST_SUFFIX) or name in self._answered:
+                continue
+            self._answered.add(name)
+            request = self.folder / name
+            answer = answer_path(request, self.rank)
+            try:
+                if answer.exists() or time.time() - request.stat().st_mtime > REQUEST_MAX_AGE_S:
+                    continue
+            except OSError:
+                continue  # the collector removed it: nobody waits
+            header = f"Request {name} (rank {self.rank}, pid {os.getpid()}, time {time.time():.3f})"
+            text = all_thread_stacks(header) + recorder.format_snapshot(recorder.snapshot())
+            hidden = answer.with_name(f".{answer.name}.tmp")
+            with _open_private(hidden) as f:
+                f.truncate(0)
+                f.write(text)
+            os.replace(hidden, answer)
+            count += 1
+        return count
 
     def stop(self) -> None:
         self._stop.set()
@@ -187,12 +279,13 @@ def _open_private(path: Path) -> IO[str]:
 
 _files: list[IO[str]] = []  # open for the life of the process
 _watchdog: _Watchdog | None = None
+_responder: _Responder | None = None
 
 
 def install(job_dir: JobDir, rank: int) -> None:
     """Install the hooks in this rank; idempotent. A failure is said in the rank's log
     and never stops the job."""
-    global _watchdog
+    global _watchdog, _responder
     if _files:
         return
     try:
@@ -209,6 +302,7 @@ def install(job_dir: JobDir, rank: int) -> None:
             dog = _open_private(watchdog_path(job_dir, rank))
             _files.append(dog)
             _watchdog = _Watchdog(dog, floor)
+        _responder = _Responder(requests_dir(job_dir), rank)
         atomic_write_json(
             marker_path(job_dir, rank),
             {
@@ -230,13 +324,16 @@ def rearm() -> None:
 
 
 def stop_watchdog(job_dir: JobDir | None = None, rank: int = 0) -> None:
-    """Stop the watchdog (the rank's code ended: teardown is not a stall) and, given
+    """Stop the watchdog and the request responder (the rank's code ended: teardown is not a stall) and, given
     the job directory, remove the marker, so that no collector signals the rank while
     it exits (the interpreter drops the handler at exit, and ``SIGUSR1`` would then
     kill it)."""
-    global _watchdog
+    global _watchdog, _responder
     if _watchdog is not None:
         _watchdog.stop()
         _watchdog = None
+    if _responder is not None:
+        _responder.stop()
+        _responder = None
     if job_dir is not None:
         marker_path(job_dir, rank).unlink(missing_ok=True)

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from alchemist.diagnosis import collect, hooks, progress, stacks
+from alchemist.diagnosis import collect, hooks, progress, recorder, stacks
 from alchemist.diagnosis.progress import format_ranks
 from alchemist.jobdir import JobDir
 
@@ -72,6 +72,18 @@ def _source_line(job_dir: JobDir, frame: stacks.Frame | None) -> str | None:
     return lines[frame.line - 1].strip() if 0 < frame.line <= len(lines) else None
 
 
+#: Seconds a local job's ranks get to answer the request file once every rank answered
+#: the signal (the responder looks every half second; a rank holding the GIL never does).
+LOCAL_ANSWER_S = 1.0
+
+Dump = tuple[list[stacks.Thread], int | None, str, float]
+
+
+def _marker_main(job_dir: JobDir, rank: int) -> int | None:
+    main = (hooks.read_marker(job_dir, rank) or {}).get("main_thread")
+    return main if isinstance(main, int) else None
+
+
 def _rank_stacks(
     job_dir: JobDir,
     world_size: int,
@@ -79,22 +91,51 @@ def _rank_stacks(
     local: bool,
     timeout: float,
     last_step: dict[int, float],
-) -> dict[int, tuple[list[stacks.Thread], int | None, str, float]]:
-    """rank → (threads, main thread id, source ``signal``/``watchdog``, time of the dump).
+) -> tuple[dict[int, Dump], dict[int, dict[str, Any] | None], list[int]]:
+    """``(dumps, recorders, asked)``: rank → (threads, main thread id, source
+    ``signal``/``request``/``watchdog``, time of the dump); rank → its flight-recorder
+    summary (:func:`alchemist.diagnosis.recorder.summarize`, None: no recorder) for the
+    ranks that answered the request file; the ranks asked by request (those whose hooks
+    are in place).
 
-    A rank that did not answer a signal is shown by its watchdog's last dump, unless
-    the rank logged a step after it (the dump is of a wait that ended).
+    Every running job's ranks are asked by request file; a local job's are signalled as
+    well (the signal answers even for a rank that holds the GIL). A rank that answered
+    neither is shown by its watchdog's last dump, unless the rank logged a step after
+    it (the dump is of a wait that ended).
     """
-    out: dict[int, tuple[list[stacks.Thread], int | None, str, float]] = {}
-    mains: dict[int, int | None] = {}
+    out: dict[int, Dump] = {}
+    recs: dict[int, dict[str, Any] | None] = {}
+    asked: list[int] = []
+    request = None
+    start = time.monotonic()
+    if running:
+        asked = [r for r in range(world_size) if hooks.read_marker(job_dir, r) is not None]
+        if asked:
+            try:
+                request = collect.post_request(job_dir)
+            except OSError:
+                request = None  # a read-only job directory: signals and watchdog only
     if running and local:
         procs = collect.rank_processes(job_dir, world_size)
-        mains = {r: p.main_thread for r, p in procs.items()}
         now = time.time()
         for rank, text in collect.request_stacks(job_dir, procs, timeout).items():
             threads = stacks.parse_dump(text)
             if threads:
-                out[rank] = (threads, mains.get(rank), "signal", now)
+                out[rank] = (threads, procs[rank].main_thread, "signal", now)
+    if request is not None:
+        deadline = start + timeout
+        if local and all(r in out for r in asked):
+            deadline = min(deadline, time.monotonic() + LOCAL_ANSWER_S)
+        try:
+            answers = collect.wait_answers(request, asked, deadline)
+        finally:
+            collect.remove_request(request, asked)
+        now = time.time()
+        for rank, text in answers.items():
+            recs[rank] = recorder.parse_block(text)
+            threads = stacks.parse_dump(text)
+            if rank not in out and threads:
+                out[rank] = (threads, _marker_main(job_dir, rank), "request", now)
     for rank in range(world_size):
         if rank in out:
             continue
@@ -103,10 +144,8 @@ def _rank_stacks(
             continue
         threads = stacks.parse_dump(found[0])
         if threads:
-            marker = hooks.read_marker(job_dir, rank) or {}
-            main = marker.get("main_thread")
-            out[rank] = (threads, main if isinstance(main, int) else None, "watchdog", found[1])
-    return out
+            out[rank] = (threads, _marker_main(job_dir, rank), "watchdog", found[1])
+    return out, recs, asked
 
 
 def diagnose(
@@ -118,6 +157,7 @@ def diagnose(
     world_size: int,
     backend: str = "local",
     timeout: float = collect.STACKS_TIMEOUT_S,
+    ask: bool = True,
 ) -> dict[str, Any]:
     """The report of one job (see the module docstring); JSON-serialisable.
 
@@ -128,6 +168,8 @@ def diagnose(
         backend: the job's backend; stacks are asked for by signal on ``local`` only
             (elsewhere the watchdog's dumps in the job directory are read).
         timeout: seconds to wait for the ranks' stacks.
+        ask: False sends the ranks nothing (no signal, no request file): the report
+            reads only what they wrote by themselves, the watchdog's dumps.
     """
     started = time.time()
     running = state == "running"
@@ -135,7 +177,9 @@ def diagnose(
     local = backend == "local"
     alive = collect.liveness(job_dir, world_size) if local else {}
     last_step = {r: p.time for r, p in before.items()}
-    dumps = _rank_stacks(job_dir, world_size, running, local, timeout, last_step)
+    dumps, recs, asked_by_request = _rank_stacks(
+        job_dir, world_size, running and ask, local, timeout, last_step
+    )
     after = progress.read_progress(job_dir) if running else before
     stall = progress.assess(after, world_size) if running else None
     advanced = sorted(r for r, p in after.items() if r in before and p.step != before[r].step)
@@ -154,13 +198,17 @@ def diagnose(
         entry["last_step_time"] = p.time if p else None
         entry["last_step_ago_s"] = round(started - p.time, 3) if p else None
         dump = dumps.get(rank)
-        entry["answered"] = dump is not None and dump[2] == "signal"
+        entry["answered"] = dump is not None and dump[2] in ("signal", "request")
         entry["stacks_from"] = dump[2] if dump else None
         entry["stacks_time"] = dump[3] if dump else None
         entry["activity"] = None
         entry["code"] = None
         entry["group"] = None
         entry["threads"] = []
+        rec = recs.get(rank)
+        entry["collective_seq"] = rec.get("seq") if rec else None
+        entry["collective_op"] = rec.get("op") if rec else None
+        entry["recorder"] = rec
         if dump is not None:
             threads, main_id, _, _ = dump
             main = stacks.main_thread(threads, main_id)
@@ -199,19 +247,32 @@ def diagnose(
         acts=acts,
         stall=stall,
         advanced=advanced,
+        recorders=recs,
     )
     notes = []
-    asked = [e["rank"] for e in ranks if e["liveness"] == "running"]
+    # liveness is known locally; elsewhere the ranks asked are those whose hooks are in place
+    asked = [e["rank"] for e in ranks if e["liveness"] == "running"] if local else asked_by_request
     silent = [r for r in asked if not ranks[r]["answered"]]
-    if running and local and silent:
+    if running and not ask:
+        notes.append(
+            "the ranks were not asked: stacks come only from their watchdog"
+            f" (after {hooks.WATCHDOG_FLOOR_S:g} s without an alchemist.log call)"
+        )
+    elif running and local and silent:
         notes.append(
             f"{format_ranks(silent)} did not answer with stacks (starting up, or hooks not"
             " installed)"
         )
-    if running and not local:
+    elif running and not local:
+        answered = len(asked) - len(silent)
         notes.append(
-            f"on the {backend} backend stacks come only from the ranks' watchdog"
-            f" (after {hooks.WATCHDOG_FLOOR_S:g} s without an alchemist.log call)"
+            f"{answered}/{world_size} ranks answered the request file on the {backend}"
+            f" backend (within {timeout:g} s)"
+            + (
+                f"; {format_ranks(silent)} shown by the watchdog's last dump, if any"
+                if silent
+                else ""
+            )
         )
     if running and not after:
         notes.append("the job logged no steps (alchemist.log): progress cannot be judged")
@@ -223,7 +284,7 @@ def diagnose(
         "stall": stall.to_dict() if stall else None,
         "world_size": world_size,
         "answered": sum(1 for e in ranks if e["answered"]),
-        "partial": bool(running and local and silent),
+        "partial": bool(running and ask and (silent or (not local and len(asked) < world_size))),
         "ranks": ranks,
         "groups": ordered,
         "notes": notes,
@@ -263,8 +324,14 @@ def classify(
     acts: dict[int, stacks.Activity],
     stall: progress.Stall | None,
     advanced: list[int],
+    recorders: dict[int, dict[str, Any] | None] | None = None,
 ) -> tuple[str, str]:
-    """``(classification, headline)`` of a job from its ranks' state (see the module)."""
+    """``(classification, headline)`` of a job from its ranks' state (see the module).
+
+    ``recorders`` (rank → flight-recorder summary) numbers the collective of a
+    ``missing_rank`` headline (``all_reduce #12``) when every waiting rank's newest entry
+    is that collective, with one sequence id, and every lagging rank has a recorder too.
+    """
     if state != "running":
         ended = {"succeeded": "succeeded", "failed": "failed", "cancelled": "was cancelled"}
         said = ended.get(state, f"is {state}")
@@ -299,9 +366,17 @@ def classify(
     if waiting and (busy or finished or unanswered):
         ops = sorted({a.collective for a in waiting.values() if a.collective})
         op = " / ".join(ops)
+        numbered = _numbered(op, list(waiting), list(busy), recorders or {})
         lagging = []
         for r, a in sorted(busy.items()):
-            lagging.append(f"rank {r} has not reached {op}; it is in {_doing(a)}")
+            if numbered:
+                last = recorder.label((recorders or {}).get(r)) or "none"
+                lagging.append(
+                    f"rank {r} has not reached {numbered} (its last collective: {last});"
+                    f" it is in {_doing(a)}"
+                )
+            else:
+                lagging.append(f"rank {r} has not reached {op}; it is in {_doing(a)}")
         if unanswered:
             lagging.append(
                 f"{format_ranks(unanswered)} {'has' if len(unanswered) == 1 else 'have'}"
@@ -318,7 +393,7 @@ def classify(
                 f" for the others: " + "; ".join(lagging)
             )
         return "missing_rank", (
-            "; ".join(lagging) + f"; {waiters} in {op} from {', '.join(wait_where)}"
+            "; ".join(lagging) + f"; {waiters} in {numbered or op} from {', '.join(wait_where)}"
         )
     if waiting and len(waiting) == len(acts):
         kinds = {a.collective or "" for a in waiting.values()}
@@ -343,6 +418,20 @@ def classify(
         return "running", f"the job is running; no rank answered with stacks{note}"
     each = "; ".join(f"rank {r} in {_doing(a)}" for r, a in sorted(busy.items()))
     return "running", f"the job is running; no rank waits in a collective: {each}"
+
+
+def _numbered(
+    op: str, waiting: list[int], lagging: list[int], recs: dict[int, dict[str, Any] | None]
+) -> str | None:
+    """``all_reduce #12`` when every waiting rank's recorder says it is in ``op`` number 12
+    and every lagging rank's recorder names its own last collective, else None."""
+    snaps = [recs.get(r) for r in waiting]
+    if not lagging or any(r not in recs or recs[r] is None for r in lagging):
+        return None
+    if not all(s and s.get("seq") is not None and s.get("op") == op for s in snaps):
+        return None
+    seqs = {s["seq"] for s in snaps if s}
+    return f"{op} #{seqs.pop()}" if len(seqs) == 1 else None
 
 
 def format_report(report: dict[str, Any]) -> str:

@@ -151,10 +151,12 @@ def main(argv: list[str]) -> int:
     _redirect_output(job_dir.rank_log(rank))
     job_dir.pids.mkdir(exist_ok=True)
     (job_dir.pids / f"rank-{rank}.pid").write_text(str(os.getpid()))
-    # Stacks on SIGUSR1 and the stall watchdog, before anything that can hang (the
-    # rendezvous): alchemist.diagnosis.hooks.
-    from alchemist.diagnosis import hooks
+    # Stacks on SIGUSR1, the stall watchdog and the request responder, before anything
+    # that can hang (the rendezvous): alchemist.diagnosis.hooks; and a modest flight
+    # recorder, before torch makes the process group: alchemist.diagnosis.recorder.
+    from alchemist.diagnosis import hooks, recorder
 
+    recorder.enable()
     hooks.install(job_dir, rank)
 
     import json

@@ -98,13 +98,14 @@ def test_magic_flags_reach_the_spec() -> None:
         AlchemistMagics.alchemist_distributed,
         "-n 3 --gpus-per-worker 1 --algorithm bmuf --algorithm-option block_size=4"
         " --algorithm-option nesterov=false --name r1 --max-restarts 2 --timeout 9.5"
-        " --global-batch 6 --env A=x=y --image img:1 --cpu 2 --memory 1Gi -o a,b",
+        " --global-batch 6 --env A=x=y --image img:1 --cpu 2 --memory 1Gi -o a,b --debug",
     )
     spec = make_spec(**options_from_args(args, "magic"))
     assert spec.workers == 3 and spec.resources == Resources(gpus=1, cpu="2", memory="1Gi")
     assert spec.algorithm_options == {"block_size": 4, "nesterov": False}
     assert (spec.name, spec.max_restarts, spec.timeout, spec.global_batch) == ("r1", 2, 9.5, 6)
     assert spec.env == {"A": "x=y"} and spec.image == "img:1" and spec.outputs == ["a", "b"]
+    assert spec.debug is True
 
 
 def test_make_spec_takes_exactly_the_python_options() -> None:

@@ -1,0 +1,136 @@
+"""PyTorch's flight recorder: the collectives each rank entered, with sequence ids.
+
+The one place that touches torch's private flight-recorder API. torch 2.13 keeps a ring
+buffer of the collectives of each process group, of ``TORCH_FR_BUFFER_SIZE`` (older:
+``TORCH_NCCL_TRACE_BUFFER_SIZE``) entries as the variable is when the recorder is first
+used (torch's default: 2000; 0 turns it off); ``torch._C._distributed_c10d.
+_dump_fr_trace_json()`` returns them as JSON. On gloo the entries carry a sequence id
+(``collective_seq_id``) and an op (``profiling_name``, ``gloo:all_reduce``) but stay in
+state ``scheduled``: ranks are compared by sequence id, not by state.
+
+:func:`enable` sets a modest buffer in every rank (:mod:`alchemist.runtime.worker`, at
+start-up, before torch makes a process group; a value the user set with ``--env`` is
+kept); :func:`snapshot` is read inside a rank
+(by :mod:`~alchemist.diagnosis.hooks`' responder thread). Both feature-detect: a torch
+without the API gives ``None``, never an error, so no job fails for want of a recorder.
+This module imports torch only inside :func:`snapshot`, which runs in a rank.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import MutableMapping
+from typing import Any
+
+#: Entries each process group keeps: a modest ring (an entry is a few hundred bytes).
+BUFFER_ENTRIES = 256
+#: The variables torch reads the buffer size from (the first set wins in torch 2.13).
+BUFFER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+#: Entries written into a rank's answer (the newest).
+ANSWER_ENTRIES = 8
+
+
+def worker_variables() -> dict[str, str]:
+    """The variables :func:`enable` sets."""
+    return {BUFFER_VARS[0]: str(BUFFER_ENTRIES)}
+
+
+def enable(environ: MutableMapping[str, str] | None = None) -> None:
+    """Give this rank's recorder :data:`BUFFER_ENTRIES` entries, unless one of
+    :data:`BUFFER_VARS` is set already (the user's ``--env TORCH_FR_BUFFER_SIZE=0`` turns
+    it off). Call it before torch makes a process group."""
+    env = os.environ if environ is None else environ
+    if not any(var in env for var in BUFFER_VARS):
+        env.update(worker_variables())
+
+
+def _dump() -> dict[str, Any] | None:
+    """torch's flight-recorder dump as a dict, or None where this torch has none."""
+    if "torch" not in sys.modules:
+        return None  # the rank has not imported torch: no process group, no recorder
+    try:
+        from torch._C import _distributed_c10d as c10d
+
+        dump = getattr(c10d, "_dump_fr_trace_json", None)
+        if dump is None:
+            return None
+        data = json.loads(dump(includeCollectives=True, onlyActive=False))
+    except Exception:  # a private API: any failure means "no recorder"
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _op(entry: dict[str, Any]) -> str | None:
+    """``all_reduce`` from ``gloo:all_reduce`` (or ``nccl:all_reduce``)."""
+    name = entry.get("profiling_name")
+    if not isinstance(name, str) or not name:
+        return None
+    return name.rsplit(":", 1)[-1]
+
+
+def summarize(data: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The newest collective of a dump: ``{seq, op, state, pg, sizes, entries}``.
+
+    ``seq`` is the ``collective_seq_id`` of the newest entry of the default process
+    group (the one the ranks' own collectives use), else of any group; None when the
+    dump is missing or holds no collective.
+    """
+    if not data:
+        return None
+    entries = [
+        e
+        for e in data.get("entries") or []
+        if isinstance(e, dict) and not e.get("is_p2p") and e.get("collective_seq_id")
+    ]
+    if not entries:
+        return None
+    default = [e for e in entries if str(e.get("pg_id", "")) == "0"] or entries
+    last = max(default, key=lambda e: int(e.get("collective_seq_id") or 0))
+    return {
+        "seq": int(last["collective_seq_id"]),
+        "op": _op(last),
+        "state": last.get("state"),
+        "pg": last.get("pg_id"),
+        "sizes": last.get("input_sizes"),
+        "entries": [
+            {
+                "seq": e.get("collective_seq_id"),
+                "op": _op(e),
+                "state": e.get("state"),
+                "pg": e.get("pg_id"),
+                "sizes": e.get("input_sizes"),
+            }
+            for e in entries[-ANSWER_ENTRIES:]
+        ],
+    }
+
+
+def snapshot() -> dict[str, Any] | None:
+    """This rank's newest collective (:func:`summarize`), or None (no recorder)."""
+    return summarize(_dump())
+
+
+def format_snapshot(snap: dict[str, Any] | None) -> str:
+    """The text block a rank's answer ends with; :func:`parse_block` reads it back."""
+    return "Flight recorder: " + json.dumps(snap) + "\n"
+
+
+def parse_block(text: str) -> dict[str, Any] | None:
+    """The recorder block of an answer (:func:`format_snapshot`), or None."""
+    for line in reversed(text.splitlines()):
+        if line.startswith("Flight recorder: "):
+            try:
+                value = json.loads(line[len("Flight recorder: ") :])
+            except ValueError:
+                return None
+            return value if isinstance(value, dict) else None
+    return None
+
+
+def label(snap: dict[str, Any] | None) -> str | None:
+    """``all_reduce #12``, or None."""
+    if not snap or snap.get("seq") is None:
+        return None
+    return f"{snap.get('op') or 'collective'} #{snap['seq']}"

@@ -323,11 +323,11 @@ def rearm() -> None:
         _watchdog.rearm()
 
 
-def stop_watchdog(job_dir: JobDir | None = None, rank: int = 0) -> None:
-    """Stop the watchdog and the request responder (the rank's code ended: teardown is not a stall) and, given
-    the job directory, remove the marker, so that no collector signals the rank while
-    it exits (the interpreter drops the handler at exit, and ``SIGUSR1`` would then
-    kill it)."""
+def stop(job_dir: JobDir | None = None, rank: int = 0) -> None:
+    """Stop the watchdog and the request responder (the rank's code ended: teardown is
+    not a stall) and, given the job directory, remove the marker, so that no collector
+    signals the rank while it exits (the interpreter drops the handler at exit, and
+    ``SIGUSR1`` would then kill it)."""
     global _watchdog, _responder
     if _watchdog is not None:
         _watchdog.stop()

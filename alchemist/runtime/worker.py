@@ -224,7 +224,7 @@ def main(argv: list[str]) -> int:
             reporter_mod.get_reporter().close()
         except Exception:
             pass
-    hooks.stop_watchdog(job_dir, rank)  # the code ended: teardown is no stall
+    hooks.stop(job_dir, rank)  # the code ended: teardown is no stall
     # Before any teardown: a rank that aborts at interpreter exit after this line has
     # finished its work, and the job's outcome comes from these records.
     from alchemist import outcomes

@@ -13,6 +13,7 @@ from typing import Any
 from alchemist.options import options_for
 
 _JSON_SCHEMA: dict[str, dict[str, Any]] = {
+    "bool": {"type": "boolean"},
     "int": {"type": "integer"},
     "float": {"type": "number"},
     "str": {"type": "string"},

@@ -120,7 +120,13 @@ def died_first(job_dir: JobDir, world_size: int, launcher_log: str = "") -> str 
     if not missing:
         return None
     codes = torchrun_exit_codes(launcher_log)
-    killed = [r for r in missing if codes.get(r, 0) < 0] or [r for r in missing if r in codes]
+    # When one rank dies, torchrun stops the others with SIGTERM: a rank that was killed
+    # by anything else died first, whatever order the report lists them in.
+    killed = (
+        [r for r in missing if codes.get(r, 0) < 0 and codes[r] != -signal.SIGTERM]
+        or [r for r in missing if codes.get(r, 0) < 0]
+        or [r for r in missing if r in codes]
+    )
     rank = killed[0] if killed else missing[0]
     if rank in codes:
         return f"rank {rank} {_how(codes[rank])}"

@@ -112,10 +112,6 @@ def _run(args: argparse.Namespace) -> int:
             print(json.dumps([j.to_dict() for j in listing.jobs], indent=2))
         else:
             print(format_jobs_table(listing.jobs))
-            for j in listing.jobs:
-                note = j.stalled()
-                if note:
-                    print(f"job {j.id} stalled: {note}")
         for job_id, why in listing.skipped:
             print(
                 f"alchemist: job {job_id} could not be read and is not listed: {why}",

@@ -111,12 +111,17 @@ def status_line(job: Job, status: JobStatus) -> str:
 
 
 def format_jobs_table(jobs: list[Job]) -> str:
-    """The jobs as a text table, one line each (``%alchemist_jobs``, ``alchemist jobs``)."""
+    """The jobs as a text table, one line each (``%alchemist_jobs``, ``alchemist jobs``),
+    then a line for each stalled job naming its laggard (from the same status)."""
     if not jobs:
         return "no jobs yet"
     rows = [("ID", "NAME", "STATE", "WORLD", "BACKEND", "CREATED", "REASON")]
+    stalls = []
     for j in jobs:
         st = j.status()
+        note = j.stalled(st)
+        if note:
+            stalls.append(f"job {j.id} stalled: {note}")
         created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(j.created))
         rows.append(
             (
@@ -130,7 +135,8 @@ def format_jobs_table(jobs: list[Job]) -> str:
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    return "\n".join(
+    table = "\n".join(
         "  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1]
         for r in rows
     ).rstrip()
+    return "\n".join([table, *stalls])

@@ -176,10 +176,6 @@ class AlchemistMagics(Magics):
             raise UsageError(f"--state must be one of {', '.join(states)}, got {args.state!r}")
         listing = client.list_jobs(state=args.state, limit=args.limit)
         print(format_jobs_table(listing.jobs))
-        for job in listing.jobs:
-            note = job.stalled()
-            if note:
-                print(f"job {job.id} stalled: {note}")
         for job_id, why in listing.skipped:
             print(f"(job {job_id} could not be read and is not listed: {why})")
 

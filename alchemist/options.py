@@ -252,6 +252,15 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
         flags=("--debug",),
         label="Debug collectives",
     ),
+    JobOption(
+        name="no_warm",
+        type="bool",
+        default=False,
+        help="start fresh processes under torchrun instead of forking the ranks from"
+        " your warm pool (local backend)",
+        flags=("--no-warm",),
+        label="Cold start",
+    ),
 )
 
 _BY_NAME = {opt.name: opt for opt in JOB_OPTIONS}

@@ -109,9 +109,14 @@ def _how(code: int) -> str:
     return f"exited with status {code} before its code finished"
 
 
-def died_first(job_dir: JobDir, world_size: int, launcher_log: str = "") -> str | None:
+def died_first(
+    job_dir: JobDir, world_size: int, launcher_log: str = "", codes: dict[int, int] | None = None
+) -> str | None:
     """One line naming the rank that died before its code finished, and how; None when
-    every rank's code ended on its own (a failure in the code: see its log)."""
+    every rank's code ended on its own (a failure in the code: see its log).
+
+    The ranks' exit codes come from torchrun's report in ``launcher_log``, or are given
+    as ``codes`` (rank → code, negative for a signal) by a launcher that saw them."""
     outcomes = read(job_dir)
     attempt = latest_attempt(job_dir, outcomes)
     missing = [
@@ -119,11 +124,14 @@ def died_first(job_dir: JobDir, world_size: int, launcher_log: str = "") -> str 
     ]
     if not missing:
         return None
-    codes = torchrun_exit_codes(launcher_log)
+    if codes is None:
+        codes = torchrun_exit_codes(launcher_log)
     # When one rank dies, torchrun stops the others with SIGTERM: a rank that was killed
     # by anything else died first, whatever order the report lists them in.
+    # A rank that exited on its own (os._exit(3)) was not stopped either.
     killed = (
         [r for r in missing if codes.get(r, 0) < 0 and codes[r] != -signal.SIGTERM]
+        or [r for r in missing if codes.get(r, 0) > 0]
         or [r for r in missing if codes.get(r, 0) < 0]
         or [r for r in missing if r in codes]
     )

@@ -107,6 +107,8 @@ class JobSpec:
         exclude: files of the notebook's folder that never travel to such workers.
         debug: run the ranks with ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` (ranks that call
             different collectives fail at once, naming both; see docs/diagnosis.md).
+        no_warm: start the ranks cold (fresh interpreters under torchrun) even where the
+            user's warm pool could fork them (local backend; docs/architecture.md).
 
     What a user may set, and from where, is the table in :mod:`alchemist.options`.
         entry: what the workers run: ``cell`` (a bundled notebook cell), ``script``
@@ -128,6 +130,7 @@ class JobSpec:
     include: list[str] = field(default_factory=list)
     exclude: list[str] = field(default_factory=list)
     debug: bool = False
+    no_warm: bool = False
     entry: str = "cell"
 
     @property
@@ -196,6 +199,8 @@ class JobSpec:
         compile_patterns(self.exclude, "--exclude")
         if not isinstance(self.debug, bool):
             raise SpecError(f"debug must be true or false, got {self.debug!r}")
+        if not isinstance(self.no_warm, bool):
+            raise SpecError(f"no_warm must be true or false, got {self.no_warm!r}")
         if self.entry not in ("cell", "script", "function"):
             raise SpecError(f"entry must be cell, script or function, got {self.entry!r}")
         return self

@@ -104,6 +104,34 @@ def local_launcher_args(spec: JobSpec, nproc_per_node: int) -> list[str]:
 _STORE: Any = None  # the loopback store server; lives as long as this launcher
 
 
+def loopback_store(port: int = 0) -> tuple[Any, int]:
+    """A TCPStore server listening on :data:`LOOPBACK` only, and its port (``port=0``: a
+    free one, bound before the store starts, so no other process can take it between).
+
+    torch's TCPStore server listens on every interface (``::``) whatever host it is
+    given; a listening socket handed over with ``master_listen_fd`` is its one way to
+    listen elsewhere. Used by the loopback launcher and by the warm pool's daemon.
+    """
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((LOOPBACK, port))
+    sock.listen(128)
+    port = int(sock.getsockname()[1])
+    store = dist.TCPStore(
+        LOOPBACK,
+        port,
+        is_master=True,
+        multi_tenant=True,
+        wait_for_workers=False,
+        timeout=timedelta(minutes=30),
+        master_listen_fd=sock.detach(),  # the store server owns the socket from here
+    )
+    return store, port
+
+
 def loopback_torchrun(argv: list[str]) -> None:
     """Run ``torch.distributed.run ARGV[1:]`` in this process with its rendezvous store
     listening on ``--master-addr`` (a loopback address) only.
@@ -122,10 +150,6 @@ def loopback_torchrun(argv: list[str]) -> None:
         SystemExit: ``argv`` is not ``torch.distributed.run`` with ``--master-addr=`` a
             loopback address and ``--master-port=``.
     """
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
     global _STORE
     if not argv or argv[0] != TORCHRUN:
         raise SystemExit(f"usage: python -m alchemist.backends.launch {TORCHRUN} ARGS")
@@ -138,20 +162,7 @@ def loopback_torchrun(argv: list[str]) -> None:
     addr = args[opts["--master-addr"]].split("=", 1)[1]
     if addr not in (LOOPBACK, "localhost"):
         raise SystemExit(f"the loopback launcher binds {LOOPBACK} only, not --master-addr={addr}")
-    port = int(args[opts["--master-port"]].split("=", 1)[1])
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind((LOOPBACK, port))
-    sock.listen(128)
-    port = int(sock.getsockname()[1])
-    _STORE = dist.TCPStore(
-        LOOPBACK,
-        port,
-        is_master=True,
-        multi_tenant=True,
-        wait_for_workers=False,
-        timeout=timedelta(minutes=30),
-        master_listen_fd=sock.detach(),  # the store server owns the socket from here
-    )
+    _STORE, port = loopback_store(int(args[opts["--master-port"]].split("=", 1)[1]))
     args[opts["--master-addr"]] = f"--master-addr={LOOPBACK}"
     args[opts["--master-port"]] = f"--master-port={port}"
     sys.argv = [TORCHRUN, *args]

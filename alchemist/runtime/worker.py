@@ -74,7 +74,9 @@ def _attempt_store(world_size: int) -> Any:
         timeout=timedelta(minutes=30),
     )
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    return dist.PrefixStore(f"alchemist/attempt-{attempt}", store)
+    # A warm pool's store serves many jobs: its daemon gives each attempt its own prefix.
+    prefix = os.environ.get("ALCHEMIST_STORE_PREFIX") or f"alchemist/attempt-{attempt}"
+    return dist.PrefixStore(prefix, store)
 
 
 def _init_process_group(algorithm: str) -> None:

@@ -132,6 +132,9 @@ class LocalBackend(Backend):
             "timeout": req.spec.timeout,
             "world_size": req.spec.world_size,
             "max_restarts": req.spec.max_restarts,
+            # Fork the ranks from the user's warm pool where it matches this environment
+            # (the supervisor decides at start: alchemist.backends.local.warm).
+            "warm": not req.spec.no_warm and req.spec.algorithm != "horovod",
             "admission": {
                 "owner": req.owner,
                 "created": time.time(),
@@ -146,6 +149,11 @@ class LocalBackend(Backend):
             + f" {req.spec.workers * req.spec.resources.gpus} of {capacity.gpus} GPUs"
             + " (it waits, queued, until they are free)"
         )
+        if request["warm"]:
+            text += (
+                "\n# warm start: the ranks fork from your warm pool when it matches this"
+                " environment, else the command above runs (--no-warm: always the command)"
+            )
         spec = req.spec
         ignored = [
             flag

@@ -30,9 +30,9 @@ def alive(pid: int | None) -> bool:
 
 
 def job_processes(job_root: Path, root_pids: list[int]) -> list[psutil.Process]:
-    """Every live process of a job: the given roots, their descendants, and any process
-    whose command line names the job directory (a rank torchrun started in a session of
-    its own, or one orphaned by a killed launcher)."""
+    """Every live process of a job: the given roots, their descendants, the ranks named
+    in ``pids/`` and any process whose command line names the job directory (a rank
+    torchrun started in a session of its own, or one orphaned by a killed launcher)."""
     found: dict[int, psutil.Process] = {}
     for pid in root_pids:
         try:
@@ -42,6 +42,18 @@ def job_processes(job_root: Path, root_pids: list[int]) -> list[psutil.Process]:
                 found[child.pid] = child
         except psutil.Error:
             continue
+    # Ranks forked from the warm pool carry the zygote's command line: their pid files
+    # (written by each rank at start) find them; a pid reused since is not theirs.
+    for pid_file in (job_root / "pids").glob("rank-*.pid"):
+        rank_pid = read_pid(pid_file)
+        with contextlib.suppress(psutil.Error, OSError):
+            if rank_pid is None or rank_pid in found:
+                continue
+            proc = psutil.Process(rank_pid)
+            if proc.create_time() <= pid_file.stat().st_mtime + 1:
+                found[rank_pid] = proc
+                for child in proc.children(recursive=True):
+                    found[child.pid] = child
     marker = str(job_root)
     for proc in psutil.process_iter(["cmdline"]):
         with contextlib.suppress(psutil.Error):

@@ -2,7 +2,8 @@
 
 It runs in a session of its own (so it outlives the kernel that submitted it), waits
 in the machine's queue until the job fits (state ``queued``, with the reason;
-:mod:`alchemist.backends.local.admission`), starts torchrun exactly as recorded in
+:mod:`alchemist.backends.local.admission`), forks the ranks from the user's warm pool
+(:mod:`alchemist.backends.local.warm`) or else starts torchrun exactly as recorded in
 ``launch.json`` by the dry run (on the GPUs it was granted), enforces the timeout,
 turns SIGTERM into a clean cancel, and writes the final state to ``state.json``. The
 final state is the work's: when every rank recorded that its code finished
@@ -24,7 +25,7 @@ from types import FrameType
 from typing import Any
 
 from alchemist import outcomes
-from alchemist.backends.local import admission
+from alchemist.backends.local import admission, warm
 from alchemist.backends.local.procs import CANCEL_MARKER, job_processes, terminate
 from alchemist.jobdir import JobDir
 
@@ -54,7 +55,12 @@ def main(argv: list[str]) -> int:
         if granted is None:
             final = {"state": "cancelled", "reason": "cancelled by the user"}
         else:
-            final = _run(job_dir, request, env, timeout, lambda: cancelled)
+            warm_final = None
+            if request.get("warm"):
+                warm_final = warm.run(
+                    job_dir, request, env, timeout, lambda: cancelled, CANCEL_MARKER, CANCEL_GRACE_S
+                )
+            final = warm_final or _run(job_dir, request, env, timeout, lambda: cancelled)
     finally:
         # Free the job's place before the state says it ended: whoever sees the end
         # may submit the next job at once.

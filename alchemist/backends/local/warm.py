@@ -1,0 +1,260 @@
+"""A local job's ranks forked from the user's warm pool (:mod:`.pool`), watched by its
+supervisor exactly as torchrun's are: the same state, logs, timeout, cancel, restarts
+(the whole group, forked again on a new attempt prefix) and failure reasons.
+
+:func:`run` returns None when the job must run cold instead (the reason is in the
+launcher log); then nothing of the job has started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+
+from alchemist import outcomes
+from alchemist.backends.local.pool import client
+from alchemist.backends.local.pool.protocol import Lines, encode
+from alchemist.backends.local.procs import terminate
+from alchemist.jobdir import JobDir
+
+#: How long the pool may take to fork a job's ranks before the job runs cold instead.
+FORK_WAIT_S = 30.0
+
+
+def rank_envs(
+    base: dict[str, str], job_id: str, world: int, attempt: int, max_restarts: int
+) -> list[dict[str, str]]:
+    """Each rank's environment: what torchrun would give it (one node, ``world`` ranks)."""
+    return [
+        {
+            **base,
+            "RANK": str(r),
+            "LOCAL_RANK": str(r),
+            "GROUP_RANK": "0",
+            "ROLE_RANK": str(r),
+            "WORLD_SIZE": str(world),
+            "LOCAL_WORLD_SIZE": str(world),
+            "GROUP_WORLD_SIZE": "1",
+            "ROLE_WORLD_SIZE": str(world),
+            "ROLE_NAME": "default",
+            "TORCHELASTIC_RESTART_COUNT": str(attempt),
+            "TORCHELASTIC_MAX_RESTARTS": str(max_restarts),
+            "TORCHELASTIC_RUN_ID": job_id,
+            "TORCHELASTIC_USE_AGENT_STORE": "True",
+            "ALCHEMIST_WARM": "1",
+        }
+        for r in range(world)
+    ]
+
+
+class _Attempt:
+    """One attempt's ranks: their processes and the exit statuses heard so far."""
+
+    def __init__(
+        self, job_dir: JobDir, conn: socket.socket, lines: Lines, pids: list[int], attempt: int
+    ) -> None:
+        self.job_dir = job_dir
+        self.conn = conn
+        self.lines = lines
+        self.attempt = attempt
+        self.procs: dict[int, psutil.Process] = {}
+        for rank, pid in enumerate(pids):
+            with contextlib.suppress(psutil.Error):
+                self.procs[rank] = psutil.Process(pid)
+        self.codes: dict[int, int] = {}
+        self.unknown: set[int] = set()  # ranks that ended while the pool was not answering
+        self.order: list[int] = []  # ranks in the order they ended
+        self.lost = False  # the pool stopped answering: watch the pids ourselves
+
+    def poll(self, timeout: float) -> None:
+        if not self.lost:
+            try:
+                msgs = self.lines.wait(timeout)
+            except OSError:
+                msgs, self.lines.eof = [], True
+            for msg in msgs:
+                if msg.get("event") == "exit":
+                    self.codes[msg["rank"]] = int(msg["status"])
+                    self.order.append(msg["rank"])
+            if self.lines.eof and len(self.codes) < len(self.procs):
+                self.lost = True
+        else:
+            time.sleep(timeout)
+        if self.lost:
+            for rank, proc in self.procs.items():
+                if rank not in self.codes and not _running(proc):
+                    self.codes[rank] = 0 if self._finished(rank) else 1
+                    self.unknown.add(rank)
+                    self.order.append(rank)
+
+    @property
+    def done(self) -> bool:
+        return len(self.codes) >= len(self.procs)
+
+    def failed(self) -> list[int]:
+        return [r for r in self.order if self.codes[r] != 0]
+
+    def stop(self, grace: float) -> None:
+        """SIGTERM every rank still running (and its children), SIGKILL after ``grace``."""
+        left = [p for r, p in self.procs.items() if r not in self.codes and _running(p)]
+        tree: list[psutil.Process] = []
+        for p in left:
+            tree.append(p)
+            with contextlib.suppress(psutil.Error):
+                tree.extend(p.children(recursive=True))
+        terminate(tree, grace=grace)
+        deadline = time.time() + 5
+        while not self.done and time.time() < deadline:
+            self.poll(0.05)
+
+    def _finished(self, rank: int) -> bool:
+        """Whether ``rank`` recorded that its code of this attempt finished."""
+        o = outcomes.read(self.job_dir).get(rank)
+        return o is not None and o.status == 0 and o.attempt == self.attempt
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.conn.close()
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _launch(
+    job_dir: JobDir, request: dict[str, Any], env: dict[str, str], attempt: int
+) -> _Attempt | None:
+    """Ask the pool for one attempt's ranks; None (the reason logged) to run cold."""
+    job_env = request.get("env") or {}
+    base = {k: v for k, v in os.environ.items() if k not in job_env}
+    try:
+        conn = client.connect(base, job_env)
+    except client.Cold as e:
+        print(f"[alchemist] cold start: {e}", flush=True)
+        return None
+    world = int(request["world_size"])
+    msg = {
+        "op": "run",
+        "job_id": job_dir.job_id,
+        "attempt": attempt,
+        "job_root": str(job_dir.root),
+        "cwd": request.get("cwd") or str(job_dir.root),
+        "log": str(job_dir.launcher_log),
+        "ranks": rank_envs(
+            env, job_dir.job_id, world, attempt, int(request.get("max_restarts") or 0)
+        ),
+    }
+    t0 = time.perf_counter()
+    lines = Lines(conn.fileno())
+    try:
+        conn.sendall(encode(msg))
+        deadline = time.time() + FORK_WAIT_S
+        while time.time() < deadline and not lines.eof:
+            for reply in lines.wait(deadline - time.time()):
+                if reply.get("event") == "started":
+                    print(
+                        f"[alchemist] warm start: {world} ranks forked from the warm pool"
+                        f" in {(time.perf_counter() - t0) * 1000:.0f} ms",
+                        flush=True,
+                    )
+                    return _Attempt(job_dir, conn, lines, reply["pids"], attempt)
+                if reply.get("event") == "error":
+                    print(f"[alchemist] cold start: the warm pool failed: {reply['message']}")
+                    conn.close()
+                    return None
+    except OSError as e:
+        print(f"[alchemist] cold start: the warm pool does not answer ({e})", flush=True)
+    conn.close()
+    if attempt == 0:
+        print("[alchemist] cold start: the warm pool did not fork the ranks in time", flush=True)
+    return None
+
+
+def run(
+    job_dir: JobDir,
+    request: dict[str, Any],
+    env: dict[str, str],
+    timeout: Any,
+    cancelled: Callable[[], bool],
+    cancel_marker: str,
+    grace: float,
+) -> dict[str, Any] | None:
+    """Run the job's ranks from the pool to the end; the final state fields, or None
+    to run it cold (nothing started)."""
+    world = int(request["world_size"])
+    max_restarts = int(request.get("max_restarts") or 0)
+    attempt = 0
+    current = _launch(job_dir, request, env, attempt)
+    if current is None:
+        return None
+    started = time.time()
+    job_dir.write_state(state="running", started=started, supervisor_pid=os.getpid())
+    reason = None
+    stopped = False
+    while True:
+        current.poll(0.2)
+        if cancelled() or (job_dir.root / cancel_marker).exists():
+            stopped, reason = True, "cancelled by the user"
+        elif timeout and time.time() - started > timeout:
+            reason = f"timed out after {timeout:g} s (--timeout)"
+        elif current.failed() and attempt < max_restarts:
+            # As torchrun: one rank failed, so the whole group stops and starts again.
+            current.stop(grace)
+            current.close()
+            job_dir.write_state(
+                state="restarting",
+                reason=f"attempt {attempt + 1} failed; restarting the workers"
+                f" ({attempt + 1} of {max_restarts} restarts)",
+            )
+            attempt += 1
+            nxt = _launch(job_dir, request, env, attempt)
+            if nxt is None:
+                reason = "the warm pool could not start the next attempt (see the launcher log)"
+                break
+            current = nxt
+            job_dir.write_state(state="running", reason=None)
+            continue
+        elif current.failed():
+            current.stop(grace)  # as torchrun: the others are stopped
+            break
+        elif current.done:
+            break
+        else:
+            continue
+        current.stop(grace)
+        break
+    current.close()
+    codes = current.codes
+    if stopped:
+        return {"state": "cancelled", "reason": reason, "exit_code": None}
+    if reason:
+        return {"state": "failed", "reason": reason, "exit_code": None}
+    failed = current.failed()
+    if not failed or outcomes.work_finished(job_dir, world):
+        if failed:
+            print(
+                f"[alchemist] rank {failed[0]} exited with status {codes[failed[0]]} after"
+                " every rank's code had finished; the job succeeded",
+                flush=True,
+            )
+        return {"state": "succeeded", "reason": None, "exit_code": 0}
+    # The rank that died first, as torchrun's report would name it: ranks stopped by our
+    # SIGTERM after the first failure are not the cause.
+    first = failed[0]
+    exit_code = codes[first]
+    known = {r: codes[r] for r in failed if r not in current.unknown}
+    why = outcomes.died_first(job_dir, world, codes=known)
+    return {
+        "state": "failed",
+        "reason": why or outcomes.failure_reason(job_dir, exit_code),
+        "exit_code": exit_code if exit_code >= 0 else 128 - exit_code,
+    }

@@ -16,7 +16,11 @@
 
 "Layer" in both papers is one parameter tensor here (a weight or a bias). To leave a
 group out of the layer-wise adaptation (common for biases and normalisation
-parameters), give that param group ``"adapt": False``.
+parameters), give that param group ``"adapt": False``;
+:func:`layerwise_param_groups` builds the usual two groups from a model. A group that
+is not adapted gets no weight decay unless a weight decay is given for it (in the group,
+or to the optimizer's constructor). In LARS it steps at ``lr · trust_coefficient``, the
+scale of the adapted layers' rates, not at the bare global rate (see :class:`LARS`).
 """
 
 from __future__ import annotations
@@ -132,6 +136,87 @@ def large_batch_schedule(
     return gradual_warmup(optimizer, steps, min(1.0, 1.0 / k), then)
 
 
+#: Module types whose parameters are normalisation parameters (scales and shifts).
+_NORM_TYPES: tuple[type[torch.nn.Module], ...] = (
+    torch.nn.modules.batchnorm._NormBase,  # BatchNorm*, SyncBatchNorm, InstanceNorm*
+    torch.nn.LayerNorm,
+    torch.nn.GroupNorm,
+    torch.nn.RMSNorm,
+)
+
+
+def layerwise_param_groups(
+    model: torch.nn.Module, weight_decay: float | None = None, **excluded: Any
+) -> list[dict[str, Any]]:
+    """``model``'s parameters as the usual two param groups for :class:`LARS` / :class:`LAMB`.
+
+    Weights (every parameter of two or more dimensions that is not a bias and not in a
+    normalisation layer) get weight decay and the layer-wise adaptation. Biases and
+    normalisation parameters (every parameter with fewer than two dimensions, every one
+    named ``bias``, every one of a BatchNorm, InstanceNorm, LayerNorm, GroupNorm or
+    RMSNorm) get neither: ``"weight_decay": 0.0, "adapt": False``, as in You et al.'s
+    and most later large-batch recipes. Parameters that do not require a gradient are
+    left out; an empty group is left out.
+
+    >>> opt = LARS(layerwise_param_groups(model, weight_decay=5e-4), lr=2.0)  # doctest: +SKIP
+
+    Args:
+        model: the model (its modules tell which parameters are normalisation ones).
+        weight_decay: the weights' weight decay; None leaves it to the optimizer's
+            default.
+        **excluded: further settings of the biases-and-norms group, e.g.
+            ``trust_coefficient=0.01`` gives them their own LARS rate ``lr · 0.01``,
+            which follows the same schedule as the weights' rate.
+
+    Returns:
+        ``[{"params": weights, "adapt": True, ...}, {"params": others, "adapt": False,
+        "weight_decay": 0.0, ...}]``. The groups also suit torch's own optimizers
+        (``AdamW`` keeps and ignores ``adapt``).
+
+    Raises:
+        SpecError: ``weight_decay`` < 0, or ``excluded`` sets ``params``,
+            ``weight_decay`` or ``adapt``.
+    """
+    if weight_decay is not None and weight_decay < 0:
+        raise SpecError(f"weight_decay must be 0 or more, got {weight_decay}")
+    clash = sorted({"params", "weight_decay", "adapt"} & set(excluded))
+    if clash:
+        raise SpecError(
+            f"layerwise_param_groups sets {', '.join(clash)} of the excluded group itself;"
+            " edit the returned groups to change it"
+        )
+    in_norm = {
+        id(p)
+        for module in model.modules()
+        if isinstance(module, _NORM_TYPES)
+        for p in module.parameters(recurse=False)
+    }
+    adapted: list[torch.nn.Parameter] = []
+    plain: list[torch.nn.Parameter] = []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        is_bias = name.rsplit(".", 1)[-1] == "bias"
+        (plain if p.ndim < 2 or is_bias or id(p) in in_norm else adapted).append(p)
+    groups: list[dict[str, Any]] = []
+    if adapted:
+        group: dict[str, Any] = {"params": adapted, "adapt": True}
+        if weight_decay is not None:
+            group["weight_decay"] = weight_decay
+        groups.append(group)
+    if plain:
+        groups.append({"params": plain, "adapt": False, "weight_decay": 0.0, **excluded})
+    return groups
+
+
+def _resolve_weight_decay(group: dict[str, Any], adapted_default: float) -> None:
+    """An unset (None) weight decay: ``adapted_default`` in an adapted group, else 0."""
+    if group["weight_decay"] is None:
+        group["weight_decay"] = adapted_default if group["adapt"] else 0.0
+    elif group["weight_decay"] < 0:
+        raise SpecError(f"weight_decay must be 0 or more, got {group['weight_decay']}")
+
+
 def _ratio(numerator: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
     """numerator / denominator, or 1 where either is 0 (the update is then left unscaled)."""
     ok = (numerator > 0) & (denominator > 0)
@@ -150,29 +235,44 @@ class LARS(torch.optim.Optimizer):
         w ← w − v
 
     ``λ`` is stored as ``state[p]["trust_ratio"]``. Where ``‖w‖`` or ``‖g‖`` is 0 (e.g.
-    a zero-initialised bias) λ is undefined and 1 is used, as in NVIDIA's LARC. Groups
-    with ``adapt=False`` use λ = 1 (plain momentum SGD with weight decay).
+    a zero-initialised bias) λ is undefined and 1 is used, as in NVIDIA's LARC.
+
+    Groups with ``adapt=False`` (biases, norms: see :func:`layerwise_param_groups`) drop
+    the norm ratio but keep the coefficient: λ = η, so they take momentum SGD steps at
+    ``γ · η``. The global rate γ of LARS is not an SGD rate: it is meant to be multiplied
+    by λ (η = 0.001 and ‖w‖/‖g‖ of order 1–100), and linear scaling takes it far above
+    any rate plain SGD survives (1.0 at batch 32 is 44.9 at batch 1436). ``γ · η`` keeps
+    the excluded parameters on the adapted layers' scale and on the same schedule; give
+    their group its own ``trust_coefficient`` to set their rate apart. Their weight decay
+    is 0 unless given (see ``weight_decay``).
 
     Args:
         params: parameters or param groups.
         lr: γ, the global learning rate (schedule it with a torch scheduler).
         momentum: m (paper: 0.9).
-        weight_decay: β (paper: 0.0005 for AlexNet-BN, 0.0001 for ResNet).
+        weight_decay: β (paper: 0.0005 for AlexNet-BN, 0.0001 for ResNet). None (the
+            default): 0.0005 in adapted groups and 0 in groups with ``adapt=False``; a
+            value given here or in a group applies to that group as given.
         trust_coefficient: η (paper: 0.001).
         eps: added to the denominator for stability (0 = the paper's formula).
+        adapt: the default of the groups' ``adapt``.
     """
+
+    #: β where none is given, in adapted groups (You et al.'s AlexNet-BN setting).
+    DEFAULT_WEIGHT_DECAY = 0.0005
 
     def __init__(
         self,
         params: Iterable[Any],
         lr: float = 0.1,
         momentum: float = 0.9,
-        weight_decay: float = 0.0005,
+        weight_decay: float | None = None,
         trust_coefficient: float = 0.001,
         eps: float = 0.0,
         adapt: bool = True,
     ) -> None:
-        if lr < 0 or momentum < 0 or weight_decay < 0 or trust_coefficient <= 0 or eps < 0:
+        negative_decay = weight_decay is not None and weight_decay < 0
+        if lr < 0 or momentum < 0 or negative_decay or trust_coefficient <= 0 or eps < 0:
             raise SpecError(
                 "LARS needs lr, momentum, weight_decay, eps >= 0 and trust_coefficient > 0"
             )
@@ -185,6 +285,10 @@ class LARS(torch.optim.Optimizer):
             adapt=adapt,
         )
         super().__init__(params, defaults)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        super().add_param_group(param_group)
+        _resolve_weight_decay(self.param_groups[-1], self.DEFAULT_WEIGHT_DECAY)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> Any:
@@ -207,7 +311,9 @@ class LARS(torch.optim.Optimizer):
                     )
                     trust = torch.where((w_norm > 0) & (g_norm > 0), trust, torch.ones_like(trust))
                 else:
-                    trust = torch.ones((), device=p.device, dtype=p.dtype)
+                    trust = torch.full(
+                        (), group["trust_coefficient"], device=p.device, dtype=p.dtype
+                    )
                 state["trust_ratio"] = trust
                 update = g.add(p, alpha=beta).mul_(trust * lr)
                 if "momentum_buffer" not in state:
@@ -231,17 +337,25 @@ class LAMB(torch.optim.Optimizer):
     with φ the identity, or ``min(‖x‖, clamp_value)`` when ``clamp_value`` is set (the
     paper's φ(z) = min(max(z, γ_l), γ_u) with γ_l = 0). The trust ratio
     ``φ(‖x‖) / ‖r + λx‖`` is stored as ``state[p]["trust_ratio"]``; where either norm
-    is 0 it is 1. Groups with ``adapt=False`` use 1 (AdamW-like).
+    is 0 it is 1. Groups with ``adapt=False`` use 1: Adam steps at η (LAMB's η is an
+    Adam rate, so unlike in LARS that is not a blow-up), with no weight decay unless
+    given (see ``weight_decay``).
 
     Args:
         params: parameters or param groups.
         lr: η (schedule it with a torch scheduler).
         betas: (β1, β2) (paper: 0.9, 0.999).
         eps: ε (paper: 1e-6).
-        weight_decay: λ (paper: 0.01).
+        weight_decay: λ (paper: 0.01). None (the default): 0.01 in adapted groups and 0
+            in groups with ``adapt=False``; a value given here or in a group applies to
+            that group as given.
         bias_correction: divide the moments by (1 − β^t) as in the paper's Algorithm 2.
         clamp_value: upper bound of φ, or None.
+        adapt: the default of the groups' ``adapt``.
     """
+
+    #: λ where none is given, in adapted groups (You et al.'s BERT setting).
+    DEFAULT_WEIGHT_DECAY = 0.01
 
     def __init__(
         self,
@@ -249,12 +363,13 @@ class LAMB(torch.optim.Optimizer):
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-6,
-        weight_decay: float = 0.01,
+        weight_decay: float | None = None,
         bias_correction: bool = True,
         clamp_value: float | None = None,
         adapt: bool = True,
     ) -> None:
-        if lr < 0 or eps < 0 or weight_decay < 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
+        negative_decay = weight_decay is not None and weight_decay < 0
+        if lr < 0 or eps < 0 or negative_decay or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
             raise SpecError("LAMB needs lr, eps, weight_decay >= 0 and betas in [0, 1)")
         defaults = dict(
             lr=lr,
@@ -266,6 +381,10 @@ class LAMB(torch.optim.Optimizer):
             adapt=adapt,
         )
         super().__init__(params, defaults)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        super().add_param_group(param_group)
+        _resolve_weight_decay(self.param_groups[-1], self.DEFAULT_WEIGHT_DECAY)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> Any:
@@ -315,6 +434,7 @@ __all__ = [
     "SCALING_RULES",
     "gradual_warmup",
     "large_batch_schedule",
+    "layerwise_param_groups",
     "scale_factor",
     "scale_lr",
 ]

@@ -152,8 +152,10 @@ def test_lamb_clamps_phi_and_excluded_groups_are_not_adapted() -> None:
     assert float(opt.state[w]["trust_ratio"]) == pytest.approx(1.0, rel=1e-4)
     torch.testing.assert_close(w.detach(), torch.full((4,), 9.9))
     u = torch.nn.Parameter(torch.full((4,), 10.0))
-    opt2 = LARS([{"params": [u], "adapt": False}], lr=0.1, momentum=0.0, weight_decay=0.0)
+    opt2 = LARS([{"params": [u], "adapt": False}], lr=0.1, momentum=0.0, trust_coefficient=0.5)
     u.grad = torch.ones(4)
     opt2.step()
-    assert float(opt2.state[u]["trust_ratio"]) == 1.0
-    torch.testing.assert_close(u.detach(), torch.full((4,), 9.9))
+    # not adapted: λ = η (no norm ratio), no weight decay by default: 10 − 0.1·0.5·1
+    assert float(opt2.state[u]["trust_ratio"]) == 0.5
+    assert opt2.param_groups[0]["weight_decay"] == 0.0
+    torch.testing.assert_close(u.detach(), torch.full((4,), 9.95))

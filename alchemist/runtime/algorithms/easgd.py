@@ -13,6 +13,18 @@ Defaults are the paper's: β = p α = 0.9, i.e. ``moving_rate`` α = 0.9 / p for
 (the paper keeps β fixed as p grows); ``communication_period`` τ = 10 (the paper studies
 τ from 1 to 64 and finds EASGD stable with large periods).
 
+The paper's moving rate is α = η ρ: the learning rate η times the elastic coefficient ρ.
+With ``follow_lr`` (the default) ρ stays fixed when η is scheduled, so each exchange uses
+
+    α_t = α · min(1, η_t / η_0)
+
+with η_t the first param group's learning rate at that exchange and η_0 its base rate:
+the ``initial_lr`` a torch scheduler records (``large_batch_schedule`` sets it to the
+peak), else the rate when the optimizer was wrapped. ``moving_rate`` is thus α at the
+base rate; a decayed or warming-up rate pulls less, and a rate above its base (a cyclic
+schedule) never pulls more than α, which keeps β = p α_t within the paper's stable range.
+``follow_lr=false`` keeps α fixed whatever the learning rate does.
+
 The centre variable is the model the paper evaluates: ``optimizer.finish()`` (called by
 the runtime after the cell and at exit) loads it into rank 0's model once every worker
 is done, so outputs and checkpoints taken on rank 0 are the centre. ``optimizer.centre()``
@@ -63,7 +75,9 @@ class ElasticServer(_ps.ParameterServer):
             return _ps.encode({"version": self.version}, self.centre_vec)
         if op != "elastic":
             return _ps.encode({"error": f"unknown op {op!r}"})
-        diff = self.moving_rate * (payload - self.centre_vec)
+        # The worker sends the moving rate it uses now (it follows its learning rate).
+        rate = min(1.0, max(0.0, float(header.get("moving_rate", self.moving_rate))))
+        diff = rate * (payload - self.centre_vec)
         self.centre_vec += diff
         self.version += 1
         return _ps.encode({"version": self.version}, diff)
@@ -73,9 +87,11 @@ class EASGDOptimizer(WrappedOptimizer):
     """Local steps with the user's optimizer; an elastic exchange every τ steps.
 
     Attributes:
-        moving_rate: α.
+        moving_rate: α, the moving rate at the base learning rate.
+        follow_lr: whether each exchange scales α by the learning rate (see the module).
         communication_period: τ.
         exchanges: elastic exchanges this worker has done.
+        last_moving_rate: α_t of the last exchange (None before the first).
     """
 
     def __init__(
@@ -85,12 +101,17 @@ class EASGDOptimizer(WrappedOptimizer):
         *,
         moving_rate: float,
         communication_period: int,
+        follow_lr: bool = True,
         finish_timeout: float,
         request_timeout: float,
     ) -> None:
         super().__init__(inner)
         self.moving_rate = moving_rate
+        self.follow_lr = follow_lr
         self.communication_period = communication_period
+        self.last_moving_rate: float | None = None
+        # η_0 when no scheduler records one (see current_moving_rate).
+        self._wrapped_lr = float(inner.param_groups[0]["lr"])
         self.finish_timeout = finish_timeout
         params = params_of(inner)
         self.server, self.conn = _ps.start(
@@ -118,11 +139,23 @@ class EASGDOptimizer(WrappedOptimizer):
             raise RuntimeError("the EASGD exchange has finished; the centre is in rank 0's model")
         return self.conn.request({"op": "pull"})[1]
 
+    def current_moving_rate(self) -> float:
+        """α_t = α · min(1, η_t / η_0) with ``follow_lr`` (see the module), else α."""
+        if not self.follow_lr:
+            return self.moving_rate
+        group = self.param_groups[0]
+        base = float(group.get("initial_lr", self._wrapped_lr))
+        if base <= 0:
+            return self.moving_rate
+        return self.moving_rate * min(1.0, max(0.0, float(group["lr"]) / base))
+
     @torch.no_grad()
     def exchange(self) -> None:
         """One elastic exchange with the centre (the paper's Algorithm 1, lines 5-8)."""
         params = self._params()
-        _, diff = self.conn.request({"op": "elastic"}, flat(params))
+        rate = self.current_moving_rate()
+        _, diff = self.conn.request({"op": "elastic", "moving_rate": rate}, flat(params))
+        self.last_moving_rate = rate
         offset = 0
         for p in params:
             n = p.numel()
@@ -166,7 +199,8 @@ def wrap(
     """Make ``optimizer`` run asynchronous EASGD against a centre on rank 0.
 
     Options (see :data:`DEFAULTS`): ``moving_rate`` α (None = 0.9 / world size),
-    ``communication_period`` τ (local steps between exchanges), ``finish_timeout``,
+    ``communication_period`` τ (local steps between exchanges), ``follow_lr`` (α scaled
+    by the learning rate over its base), ``finish_timeout``,
     ``request_timeout`` (as for ``async``).
 
     Raises:
@@ -180,6 +214,7 @@ def wrap(
         ctx,
         moving_rate=float(opts["moving_rate"]),
         communication_period=opts["communication_period"],
+        follow_lr=opts["follow_lr"],
         finish_timeout=float(opts["finish_timeout"]),
         request_timeout=float(opts["request_timeout"]),
     )

@@ -79,6 +79,12 @@ OPTIONS: dict[str, dict[str, Option]] = {
         ),
         "block_lr": Option(1.0, float, "block learning rate", 1e-12, 1e6),
         "nesterov": Option(True, bool, "Nesterov block momentum"),
+        "local_momentum": Option(
+            "reset",
+            str,
+            "the workers' optimizer momentum at each block start: reset to zero (CNTK) or keep",
+            choices=("reset", "keep"),
+        ),
     },
     "easgd": {
         "moving_rate": Option(
@@ -91,6 +97,11 @@ OPTIONS: dict[str, dict[str, Option]] = {
             derive=lambda n: EASGD_BETA / n,
         ),
         "communication_period": Option(10, int, "local steps between exchanges", 1, 1e9),
+        "follow_lr": Option(
+            True,
+            bool,
+            "scale alpha by the learning rate over its base (alpha = eta*rho), at most alpha",
+        ),
         **_TIMEOUTS,
     },
     "horovod": {

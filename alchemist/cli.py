@@ -43,6 +43,14 @@ def _parser() -> argparse.ArgumentParser:
     d = sub.add_parser("diagnose", help="which rank is stuck, and where (a running job)")
     d.add_argument("job_id")
     d.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    d.add_argument(
+        "--bundle",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="also write the debug bundle (.tar.gz: the report, stacks, flight recorder,"
+        " log tails, spec) to PATH (a folder: alchemist-ID-debug.tar.gz in it)",
+    )
 
     lg = sub.add_parser("logs", help="print a job's logs")
     lg.add_argument("job_id")
@@ -127,6 +135,11 @@ def _run(args: argparse.Namespace) -> int:
             print(json.dumps(report, indent=2))
         else:
             print(format_report(report))
+        if args.bundle is not None:
+            from alchemist.diagnosis.bundle import save_bundle
+
+            where = save_bundle(job.job_dir, report, args.bundle)
+            print(f"debug bundle written to {where}", file=sys.stderr)
     elif args.command == "cancel":
         job.cancel()
         print(status_line(job, job.status()))

@@ -232,6 +232,12 @@ class AlchemistMagics(Magics):
     @magic_arguments()
     @argument("job_id", help="the job's id")
     @argument("--json", action="store_true", help="print the whole report as JSON")
+    @argument(
+        "--bundle",
+        default=None,
+        metavar="PATH",
+        help="also write the debug bundle (.tar.gz) to PATH (a folder: alchemist-ID-debug.tar.gz)",
+    )
     @line_magic
     def alchemist_diagnose(self, line: str) -> None:
         """Which rank is stuck, and where: a running job's ranks, their steps and stacks."""
@@ -241,6 +247,16 @@ class AlchemistMagics(Magics):
 
         report = job.diagnose()
         print(json.dumps(report, indent=2) if args.json else format_report(report))
+        if args.bundle is not None:
+            from pathlib import Path
+
+            from alchemist.diagnosis.bundle import save_bundle
+
+            try:
+                where = save_bundle(job.job_dir, report, Path(args.bundle))
+            except AlchemistError as e:
+                raise UsageError(str(e)) from None
+            print(f"debug bundle written to {where}")
 
     @magic_arguments()
     @argument("job_id", help="the job's id")

@@ -14,15 +14,28 @@ kept); :func:`snapshot` is read inside a rank
 (by :mod:`~alchemist.diagnosis.hooks`' responder thread). Both feature-detect: a torch
 without the API gives ``None``, never an error, so no job fails for want of a recorder.
 This module imports torch only inside :func:`snapshot`, which runs in a rank.
+
+When a rank's code fails (a collective timed out, a peer died), :func:`dump_on_failure`
+writes the rank's whole recorder to ``debug/recorder-rank-<r>.json`` in the job
+directory: gloo raises after the process group's timeout but, unlike NCCL's watchdog,
+dumps nothing itself. :func:`collective_timeout` reads that timeout from
+``$ALCHEMIST_COLLECTIVE_TIMEOUT`` (seconds; torch's default when unset).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
+import time
 from collections.abc import MutableMapping
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
+
+from alchemist.errors import AlchemistError
+from alchemist.jobdir import JobDir, atomic_write_json, make_private_dir
 
 #: Entries each process group keeps: a modest ring (an entry is a few hundred bytes).
 BUFFER_ENTRIES = 256
@@ -30,6 +43,11 @@ BUFFER_ENTRIES = 256
 BUFFER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 #: Entries written into a rank's answer (the newest).
 ANSWER_ENTRIES = 8
+#: The variable that sets the default process group's timeout, in seconds (unset: torch's).
+TIMEOUT_VAR = "ALCHEMIST_COLLECTIVE_TIMEOUT"
+#: An error whose text matches this is a collective's timeout (gloo: ``Timed out waiting
+#: 3000ms for recv operation``; NCCL's watchdog: ``collective operation timeout``).
+_TIMEOUT_TEXT = re.compile(r"timed out|timeout", re.IGNORECASE)
 
 
 def worker_variables() -> dict[str, str]:
@@ -134,3 +152,60 @@ def label(snap: dict[str, Any] | None) -> str | None:
     if not snap or snap.get("seq") is None:
         return None
     return f"{snap.get('op') or 'collective'} #{snap['seq']}"
+
+
+def collective_timeout(environ: MutableMapping[str, str] | None = None) -> timedelta | None:
+    """The default process group's timeout from :data:`TIMEOUT_VAR` (the rank passes it to
+    ``init_process_group``); None when it is unset (torch's default: 30 minutes on gloo). A collective that waits longer fails the rank with an
+    error, and :func:`dump_on_failure` keeps its recorder.
+
+    Raises:
+        AlchemistError: the variable is not a number of seconds above 0.
+    """
+    env = os.environ if environ is None else environ
+    raw = env.get(TIMEOUT_VAR, "").strip()
+    if not raw:
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise AlchemistError(f"{TIMEOUT_VAR} must be a number of seconds above 0, got {raw!r}")
+    return timedelta(seconds=seconds)
+
+
+def dump_path(job_dir: JobDir, rank: int) -> Path:
+    """Where rank ``rank`` writes its recorder when its code fails."""
+    from alchemist.diagnosis.hooks import debug_dir
+
+    return debug_dir(job_dir) / f"recorder-rank-{rank}.json"
+
+
+def dump_on_failure(job_dir: JobDir, rank: int, error: BaseException) -> Path | None:
+    """Write this rank's flight recorder to :func:`dump_path` after its code failed with
+    ``error``: ``{rank, time, error, collective_timeout, newest, dump}`` (``newest``: the
+    :func:`summarize` of ``dump``, torch's whole recorder). Returns the path, or None when
+    there is no recorder (no process group, a torch without it, a buffer of 0) or the
+    file cannot be written; never raises: the rank's own error is what matters."""
+    try:
+        data = _dump()
+        if not data or not data.get("entries"):
+            return None
+        text = str(error).strip().splitlines()
+        path = dump_path(job_dir, rank)
+        make_private_dir(path.parent)
+        atomic_write_json(
+            path,
+            {
+                "rank": rank,
+                "time": time.time(),
+                "error": f"{type(error).__name__}: {text[0] if text else ''}".strip(),
+                "collective_timeout": bool(_TIMEOUT_TEXT.search(str(error))),
+                "newest": summarize(data),
+                "dump": data,
+            },
+        )
+        return path
+    except Exception:
+        return None

@@ -94,11 +94,14 @@ def _init_process_group(algorithm: str) -> None:
     store = _attempt_store(ctx.world_size)
     if store is not None:
         kwargs = {"store": store, "rank": ctx.rank, "world_size": ctx.world_size}
+    from alchemist.diagnosis.recorder import collective_timeout
+
+    timeout = collective_timeout()  # $ALCHEMIST_COLLECTIVE_TIMEOUT; None: torch's default
     if ctx.device.type == "cuda":
         torch.cuda.set_device(ctx.device)
-        dist.init_process_group("nccl", device_id=ctx.device, **kwargs)
+        dist.init_process_group("nccl", device_id=ctx.device, timeout=timeout, **kwargs)
     else:
-        dist.init_process_group("gloo", **kwargs)
+        dist.init_process_group("gloo", timeout=timeout, **kwargs)
 
 
 def _save_outputs(job_dir: JobDir, names: list[str], ns: dict[str, Any]) -> None:
@@ -216,6 +219,7 @@ def main(argv: list[str]) -> int:
     except BaseException as e:
         sys.stderr.write(_user_traceback(e))
         status = _EXIT_USER_ERROR
+        recorder.dump_on_failure(job_dir, rank, e)  # a collective timed out: its recorder
     finally:
         if sampler is not None:
             try:

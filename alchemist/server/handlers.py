@@ -16,6 +16,8 @@ Routes, relative to the server's base URL (``/user/<name>/`` behind JupyterHub):
     POST   alchemist/api/v1/jobs/ID/tensorboard  start (or reuse) TensorBoard: ``{"url"}``
     GET    alchemist/api/v1/jobs/ID/diagnosis    which rank is stuck, and where (the report
                                                  of :mod:`alchemist.diagnosis.report`)
+    GET    alchemist/api/v1/jobs/ID/diagnosis/bundle  the debug bundle, a .tar.gz download
+                                                 (:mod:`alchemist.diagnosis.bundle`)
 
 Contract:
 
@@ -367,6 +369,14 @@ def _diagnosis(job_id: str) -> dict[str, Any]:
     return dict(_job(job_id).diagnose())
 
 
+def _diagnosis_bundle(job_id: str) -> tuple[str, bytes]:
+    """``(file name, .tar.gz bytes)``: a fresh diagnosis and the job's debug material."""
+    from alchemist.diagnosis.bundle import bundle_bytes, bundle_name
+
+    job = _job(job_id)
+    return bundle_name(job.id), bundle_bytes(job.job_dir, job.diagnose())
+
+
 def _tensorboard(job_id: str) -> Any:
     job = _job(job_id)
     try:
@@ -559,6 +569,21 @@ class DiagnosisHandler(AlchemistHandler):
         self.reply(await self.call(_diagnosis, job_id))
 
 
+class DiagnosisBundleHandler(AlchemistHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        """The job's debug bundle (a ``.tar.gz`` attachment: the report, every rank's
+        stacks and flight recorder, log tails, the spec); never changes the job."""
+        from alchemist.diagnosis.bundle import MEDIA_TYPE
+
+        self.query({})
+        name, data = await self.call(_diagnosis_bundle, job_id)
+        self.set_status(200)
+        self.set_header("Content-Disposition", f'attachment; filename="{name}"')
+        self.finish(data, set_content_type=MEDIA_TYPE)  # APIHandler's default is JSON
+
+
 class TensorBoardHandler(AlchemistHandler):
     @web.authenticated
     @authorized
@@ -604,5 +629,6 @@ def setup_handlers(web_app: Any) -> None:
         (f"/jobs/{_ID}/dryrun", JobDryRunHandler),
         (f"/jobs/{_ID}/tensorboard", TensorBoardHandler),
         (f"/jobs/{_ID}/diagnosis", DiagnosisHandler),
+        (f"/jobs/{_ID}/diagnosis/bundle", DiagnosisBundleHandler),
     ]
     web_app.add_handlers(".*$", [(base + path + "/?", handler) for path, handler in routes])

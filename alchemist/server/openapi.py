@@ -90,6 +90,21 @@ def _op(summary: str, ok: int = 200, params: list[Any] | None = None, body: bool
     return op
 
 
+def _bundle_op(params: list[Any]) -> dict[str, Any]:
+    """The debug bundle's route: a ``.tar.gz`` attachment, not JSON."""
+    op: dict[str, Any] = _op(
+        "the debug bundle: a .tar.gz of the diagnosis report, every rank's stacks and flight"
+        " recorder, log tails and the spec (never changes the job)",
+        params=params,
+    )
+    op["responses"]["200"] = {
+        "description": "the bundle, as an attachment (alchemist-<id>-debug.tar.gz)",
+        "headers": {"Content-Disposition": {"schema": {"type": "string"}}},
+        "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}},
+    }
+    return op
+
+
 def _error_response(text: str) -> dict[str, Any]:
     return {
         "description": text,
@@ -152,6 +167,7 @@ def document(base_url: str = "/") -> dict[str, Any]:
                 params=job,
             )
         },
+        "/jobs/{job_id}/diagnosis/bundle": {"get": _bundle_op(job)},
     }
     return {
         "openapi": "3.0.3",

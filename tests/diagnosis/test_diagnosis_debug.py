@@ -5,7 +5,6 @@ Real parts: a real 2-rank torchrun job on gloo run with ``debug=True`` (torch's 
 a real responder thread in this process answering a real request file. No stand-ins.
 """
 
-# ruff: noqa: F811  (the `submit` fixture is imported from test_diagnosis_jobs, used by name)
 from __future__ import annotations
 
 import threading
@@ -23,7 +22,7 @@ from alchemist.errors import SpecError
 from alchemist.jobdir import JobDir
 from alchemist.options import check_body_types, describe_options
 from alchemist.spec import JobState
-from tests.diagnosis.test_diagnosis_jobs import logged, submit, wait_for  # noqa: F401
+from tests.diagnosis.helpers import logged, wait_for
 
 DESYNC = """
 import torch, torch.distributed as dist

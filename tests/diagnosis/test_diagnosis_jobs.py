@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,70 +23,7 @@ import pytest
 from alchemist import cli, client
 from alchemist.diagnosis import hooks, progress, report
 from alchemist.spec import JobState
-
-MISSING = """
-import time, torch, torch.distributed as dist, alchemist
-def load_batch():
-    time.sleep(600)
-rank = dist.get_rank()
-for step in range(10 if rank == 0 else 5):
-    alchemist.log(step, loss=1.0 / (step + 1))
-    time.sleep(0.02)
-print(f"rank {rank} ready", flush=True)
-if rank == 1:
-    load_batch()
-dist.all_reduce(torch.ones(1))
-"""
-
-
-def line_of(cell: str, text: str) -> int:
-    """The 1-based line of ``cell`` that holds ``text`` (as the ranks number it)."""
-    return next(i for i, line in enumerate(cell.split("\n"), 1) if text in line)
-
-
-def wait_for(cond: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
-def logged(job: client.Job, rank: int, text: str) -> bool:
-    path = job.job_dir.rank_log(rank)
-    return path.exists() and text in path.read_text(errors="replace")
-
-
-@pytest.fixture
-def submit() -> Iterator[Callable[..., client.Job]]:
-    """``submit(cell, **options)``: a 2-rank job, cancelled at the end of the test."""
-    jobs: list[client.Job] = []
-
-    def start(cell: str, namespace: dict[str, Any] | None = None, **options: Any) -> client.Job:
-        job = client.submit(cell, namespace=namespace or {}, workers=2, **options)
-        jobs.append(job)
-        return job
-
-    yield start
-    for job in jobs:
-        job.cancel()
-        assert job.status().state.is_terminal
-
-
-def diagnose_until(job: client.Job, kind: str, timeout: float = 10.0) -> dict[str, Any]:
-    """Diagnose until the report says ``kind`` (ranks may still be on their way)."""
-    reports: list[dict[str, Any]] = []
-
-    def attempt() -> dict[str, Any] | None:
-        reports.append(job.diagnose())
-        return reports[-1] if reports[-1]["classification"] == kind else None
-
-    try:
-        return wait_for(attempt, timeout, kind)  # type: ignore[no-any-return]
-    except AssertionError:
-        raise AssertionError(f"no {kind}; last report: {json.dumps(reports[-1])[:3000]}")
+from tests.diagnosis.helpers import MISSING, diagnose_until, line_of, logged, wait_for
 
 
 def test_a_missing_rank_is_named_with_its_frame_within_seconds(
@@ -288,3 +225,27 @@ def test_a_killed_rank_is_named_with_its_signal(submit: Callable[..., client.Job
     rank1 = found["ranks"][1]
     assert rank1["liveness"] == "dead"
     assert rank1["exit"] == "was killed by signal 9 (SIGKILL) (out of memory?)"
+
+
+def test_a_rank_that_never_joins_is_waited_for_by_name(
+    submit: Callable[..., client.Job], tmp_path: Path
+) -> None:
+    """Rank 1's interpreter stops before Alchemist's runtime starts in it (as a pod that is
+    never scheduled, or a node that never boots): a ``sitecustomize`` on the job's
+    ``PYTHONPATH`` sleeps when ``RANK`` is 1, so rank 1 never writes its pid file nor
+    reaches ``init_process_group``, where rank 0 waits for it. (A job that sets
+    ``PYTHONPATH`` starts its ranks cold, as fresh interpreters: never from the warm
+    pool, whose ranks imported everything already.)"""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os, time\nif os.environ.get('RANK') == '1':\n    time.sleep(600)\n"
+    )
+    job = submit("print('never here')\n", env={"PYTHONPATH": str(site)})
+    found = diagnose_until(job, "rendezvous_wait", timeout=120)
+    assert found["headline"] == ("waiting for rank 1 to join: rank 0 waits in init_process_group")
+    rank0, rank1 = found["ranks"]
+    assert rank0["answered"] and rank0["activity"]["rendezvous"]
+    assert rank0["line"].endswith("in init_process_group")
+    assert rank1["liveness"] == "not started" and not rank1["answered"]
+    assert job.status().state == JobState.RUNNING

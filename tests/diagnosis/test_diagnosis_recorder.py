@@ -10,7 +10,6 @@ their shared volume: :func:`alchemist.diagnosis.report.diagnose` is called with
 would for pods. Waits poll for a condition with a deadline; every job is cancelled.
 """
 
-# ruff: noqa: F811  (the `submit` fixture is imported from test_diagnosis_jobs, used by name)
 from __future__ import annotations
 
 import time
@@ -20,13 +19,7 @@ from typing import Any
 from alchemist import client
 from alchemist.diagnosis import report
 from alchemist.spec import JobState
-from tests.diagnosis.test_diagnosis_jobs import (  # noqa: F401 - the fixture, used by name
-    diagnose_until,
-    line_of,
-    logged,
-    submit,
-    wait_for,
-)
+from tests.diagnosis.helpers import diagnose_until, line_of, logged, wait_for
 
 NUMBERED = """
 import time, torch, torch.distributed as dist

@@ -1,10 +1,16 @@
-"""Fixtures of the metrics tests: a real finished job, and a writer-process stand-in."""
+"""Fixtures of the metrics tests: a real finished job, a writer-process stand-in, and a
+real JupyterLab with headless Chromium (``lab``, ``browser``) with the helpers that drive
+them (``open_and_run``, ``wait_for_monitor``, ``POINTS_JS``)."""
 
 from __future__ import annotations
 
+import json
+import os
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +21,7 @@ from alchemist.backends.api import LogChunk
 from alchemist.jobdir import JobDir
 from alchemist.metrics.tail import read_lines
 from alchemist.spec import JobState, JobStatus
+from tests.conftest import processes_under
 
 #: The cell of the real job: 2 ranks, a loss and an accuracy per step, ~3 s of logging
 #: so that the system sampler (first sample after 1 s) writes too.
@@ -142,3 +149,173 @@ def ip() -> Iterator[Any]:
     shell.reset()
     yield shell
     shell.reset()
+
+
+# -- a real JupyterLab in headless Chromium (the monitor's browser tests) -----------------
+
+REPO = Path(__file__).resolve().parents[2]
+OUTPUT = REPO / "test-output"
+CHROMIUM = Path("/usr/bin/chromium")
+TOKEN = "alchemist-monitor-test"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-dev-shm-usage",
+]  # fmt: skip
+
+CURVES_CELL = """%%alchemist_distributed -n 2 --name browser-curves
+import time
+import alchemist
+alchemist.log(0, total_steps=50)
+alchemist.log(0, loss=1.0)
+time.sleep(1.5)  # the chart first shows a single point (a zero-width step axis)
+for step in range(1, 50):
+    alchemist.log(step, loss=1.0 / (step + 1))
+    time.sleep(0.12)
+"""
+
+# A long cell: the user presses the monitor's Cancel button while the cell still runs.
+LONG_CELL = """%%alchemist_distributed -n 2 --name browser-cancel
+import time, alchemist
+for step in range(100000):
+    alchemist.log(step, loss=1.0 / (step + 1))
+    time.sleep(0.1)
+"""
+
+
+def notebook(cell: str) -> dict[str, Any]:
+    def code(src: str) -> dict[str, Any]:
+        return {"cell_type": "code", "metadata": {}, "execution_count": None,
+                "outputs": [], "source": src}  # fmt: skip
+
+    return {
+        "cells": [code("%load_ext alchemist"), code(cell)],
+        "metadata": {
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real JupyterLab with its own home, config and settings; yields its URL."""
+    if not CHROMIUM.exists():
+        pytest.skip("Chromium missing: run scripts/setup.d/20-browser.sh")
+    tmp = tmp_path_factory.mktemp("monitor-lab")
+    root, home, config, settings = (tmp / d for d in ("root", "home", "config", "settings"))
+    for d in (root, home, config, settings):
+        d.mkdir()
+    (root / "curves.ipynb").write_text(json.dumps(notebook(CURVES_CELL)))
+    (root / "cancel.ipynb").write_text(json.dumps(notebook(LONG_CELL)))
+    news = settings / "@jupyterlab" / "apputils-extension"
+    news.mkdir(parents=True)
+    (news / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
+    port = _free_port()
+    env = {
+        **os.environ,
+        "ALCHEMIST_HOME": str(home),
+        "JUPYTER_CONFIG_DIR": str(config),
+        "OMP_NUM_THREADS": "1",
+        "JUPYTER_PLATFORM_DIRS": "1",
+    }
+    env.pop("JUPYTERHUB_USER", None)
+    with open(tmp / "lab.log", "wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root",
+                f"--port={port}", "--ip=127.0.0.1", f"--IdentityProvider.token={TOKEN}",
+                f"--ServerApp.root_dir={root}", f"--LabApp.user_settings_dir={settings}",
+                f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
+            ],
+            cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}api/status?token={TOKEN}", timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(
+                        f"JupyterLab did not start: {(tmp / 'lab.log').read_text()[-3000:]}"
+                    )
+                time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        left = processes_under(home)
+        for p in left:
+            p.kill()
+        assert not left, f"jobs left running: {[p.cmdline() for p in left]}"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def open_and_run(browser: Any, url: str, name: str) -> Any:
+    """Open ``name`` in JupyterLab, wait for an idle kernel, and run all cells."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1100})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.alchemist_errors = errors  # widget errors the front end logged (see below)
+    page.set_default_timeout(60_000)
+    page.goto(f"{url}lab/tree/{name}?reset&token={TOKEN}")
+    try:
+        page.locator(".jp-Notebook .jp-Cell").first.wait_for()
+        page.locator("#jp-main-statusbar", has_text="Idle").wait_for(timeout=90_000)
+        page.locator(".lm-MenuBar-item", has_text="Run").first.click()
+        page.locator(".lm-Menu-item[data-command='runmenu:run-all']").click()
+        # The first cell ran once its prompt shows an execution count.
+        first = page.locator(".jp-Notebook .jp-Cell").first
+        first.locator(".jp-InputPrompt", has_text="[1]").wait_for(timeout=90_000)
+    except Exception:
+        OUTPUT.mkdir(exist_ok=True)
+        page.screenshot(path=str(OUTPUT / f"monitor-{name}-not-run.png"), full_page=True)
+        raise
+    return page
+
+
+def wait_for_monitor(page: Any, label: str) -> Any:
+    """The monitor widget once rendered; on failure a screenshot and the cell outputs."""
+    monitor = page.locator(".alchemist-monitor")
+    try:
+        monitor.wait_for(timeout=120_000)
+    except Exception:
+        OUTPUT.mkdir(exist_ok=True)
+        page.screenshot(path=str(OUTPUT / f"monitor-{label}-missing.png"), full_page=True)
+        outputs = page.locator(".jp-OutputArea").all_inner_texts()
+        pytest.fail(f"no monitor rendered; cell outputs: {outputs}")
+    return monitor
+
+
+POINTS_JS = """() => {
+    // vertices drawn by the first curve of the loss chart (bqplot: an SVG path M..L..L)
+    const path = document.querySelector('.alchemist-monitor .alchemist-chart-loss path.line');
+    if (!path) return -1;
+    const d = path.getAttribute('d') || '';
+    return d ? (d.match(/L/g) || []).length + 1 : 0;
+}"""

@@ -6,7 +6,7 @@ Real parts: a 2-rank job through ``alchemist.client.submit`` on the local backen
 displayed from a real IPython shell, its Diagnose button is pressed through its click
 handler, and the diagnosis signals the real rank processes. The only thing changed for
 speed is the stall threshold's 30 s floor (1 s, set on the module in this process).
-The last test runs the monitor browser test's real JupyterLab in headless Chromium.
+The last test runs a real JupyterLab in headless Chromium (``tests/metrics/conftest.py``).
 The writer-process job of one test is the metrics tests' stand-in for a job
 (``tests/metrics/conftest.py``): it has no ``diagnose()``.
 Waits poll for a condition with a deadline; every job is cancelled at the end.
@@ -24,21 +24,8 @@ from alchemist import client
 from alchemist.diagnosis import progress
 from alchemist.spec import JobState
 from alchemist.widgets.diagnosis import diagnosis_html
-from tests.diagnosis.test_diagnosis_jobs import (  # noqa: F401 - submit is a fixture
-    MISSING,
-    line_of,
-    logged,
-    submit,
-    wait_for,
-)
-from tests.metrics.test_monitor_browser import (  # noqa: F401 - lab, browser: fixtures
-    OUTPUT,
-    POINTS_JS,
-    browser,
-    lab,
-    open_and_run,
-    wait_for_monitor,
-)
+from tests.diagnosis.helpers import MISSING, line_of, logged, wait_for
+from tests.metrics.conftest import OUTPUT, POINTS_JS, open_and_run, wait_for_monitor
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
@@ -66,7 +53,7 @@ def press_diagnose(m: Any, kind: str, timeout: float = 20.0) -> dict[str, Any]:
 
 def test_diagnose_button_and_stall_note_name_the_missing_rank_and_its_frame(
     ip: Any,
-    submit: Callable[..., client.Job],  # noqa: F811 - the fixture imported above
+    submit: Callable[..., client.Job],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     job = submit(MISSING)
@@ -173,8 +160,8 @@ def test_diagnosis_html_escapes_what_the_ranks_report() -> None:
 
 @pytest.mark.browser
 def test_diagnose_button_in_jupyterlab_shows_the_headline(
-    lab: str,  # noqa: F811 - the fixture imported above
-    browser: Any,  # noqa: F811 - the fixture imported above
+    lab: str,
+    browser: Any,
 ) -> None:
     """Real JupyterLab and Chromium (the monitor browser test's ``lab`` and ``browser``):
     the cell of ``cancel.ipynb`` runs a real 2-rank job that logs a step every 0.1 s;

@@ -1,0 +1,60 @@
+"""Helpers of the diagnosis tests of real jobs (the ``submit`` fixture that starts them is
+in ``tests/conftest.py``): the missing-rank cell, polling with a deadline, reading a
+rank's log, and diagnosing until a report says a given class."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from alchemist import client
+
+MISSING = """
+import time, torch, torch.distributed as dist, alchemist
+def load_batch():
+    time.sleep(600)
+rank = dist.get_rank()
+for step in range(10 if rank == 0 else 5):
+    alchemist.log(step, loss=1.0 / (step + 1))
+    time.sleep(0.02)
+print(f"rank {rank} ready", flush=True)
+if rank == 1:
+    load_batch()
+dist.all_reduce(torch.ones(1))
+"""
+
+
+def line_of(cell: str, text: str) -> int:
+    """The 1-based line of ``cell`` that holds ``text`` (as the ranks number it)."""
+    return next(i for i, line in enumerate(cell.split("\n"), 1) if text in line)
+
+
+def wait_for(cond: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def logged(job: client.Job, rank: int, text: str) -> bool:
+    path = job.job_dir.rank_log(rank)
+    return path.exists() and text in path.read_text(errors="replace")
+
+
+def diagnose_until(job: client.Job, kind: str, timeout: float = 10.0) -> dict[str, Any]:
+    """Diagnose until the report says ``kind`` (ranks may still be on their way)."""
+    reports: list[dict[str, Any]] = []
+
+    def attempt() -> dict[str, Any] | None:
+        reports.append(job.diagnose())
+        return reports[-1] if reports[-1]["classification"] == kind else None
+
+    try:
+        return wait_for(attempt, timeout, kind)  # type: ignore[no-any-return]
+    except AssertionError:
+        raise AssertionError(f"no {kind}; last report: {json.dumps(reports[-1])[:3000]}")

@@ -98,6 +98,33 @@ def torchrun_exit_codes(launcher_log: str) -> dict[int, int]:
     return {int(r): int(code) for r, code in _FAILURE_RE.findall(report)}
 
 
+def exit_codes_path(job_dir: JobDir) -> Path:
+    """Rank → exit code of the latest attempt, as a launcher that saw them wrote them
+    (the warm pool's supervisor; torchrun's are in its report instead)."""
+    return job_dir.pids / "exit-codes.json"
+
+
+def record_exit_codes(job_dir: JobDir, attempt: int, codes: dict[int, int]) -> None:
+    atomic_write_json(
+        exit_codes_path(job_dir),
+        {"attempt": attempt, "codes": {str(r): c for r, c in codes.items()}},
+    )
+
+
+def exit_codes(job_dir: JobDir) -> dict[int, int]:
+    """The ranks' exit codes that are known: the warm launcher's record, else torchrun's
+    last report in the launcher log."""
+    try:
+        data = json.loads(exit_codes_path(job_dir).read_text())
+        return {int(r): int(c) for r, c in data["codes"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    try:
+        return torchrun_exit_codes(job_dir.launcher_log.read_text(errors="replace"))
+    except OSError:
+        return {}
+
+
 def _how(code: int) -> str:
     if code < 0:
         try:

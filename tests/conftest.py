@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -16,19 +17,59 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-def processes_under(path: Path) -> list[psutil.Process]:
-    """Live processes whose command line mentions ``path`` (job launchers and ranks)."""
-    marker = str(path)
+def _warm_ranks(path: Path) -> list[psutil.Process]:
+    """Live ranks of jobs under ``path`` forked from a warm pool: their command line is
+    the zygote's, so their pid files find them (a pid reused since is not theirs)."""
     found = []
+    for pid_file in path.glob("**/pids/rank-*.pid"):
+        try:
+            proc = psutil.Process(int(pid_file.read_text().strip()))
+            if proc.create_time() <= pid_file.stat().st_mtime + 1 and proc.status() != (
+                psutil.STATUS_ZOMBIE
+            ):
+                found.append(proc)
+        except (psutil.Error, OSError, ValueError):
+            continue
+    return found
+
+
+def processes_under(path: Path) -> list[psutil.Process]:
+    """Live processes whose command line mentions ``path`` (job launchers and ranks),
+    and ranks of its jobs forked from a warm pool."""
+    marker = str(path)
+    found = _warm_ranks(path)
     for proc in psutil.process_iter(["cmdline", "status"]):
         try:
             if proc.info["status"] == psutil.STATUS_ZOMBIE:
                 continue
-            if any(marker in arg for arg in proc.info["cmdline"] or []):
+            if any(marker in arg for arg in proc.info["cmdline"] or []) and proc not in found:
                 found.append(proc)
         except psutil.Error:
             continue
     return [p for p in found if p.pid != os.getpid()]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def warm_pools() -> Iterator[Path]:
+    """The warm pools of this test run: in a folder of their own (short, for the unix
+    socket's path), all stopped at the end, so that no daemon outlives the run."""
+    import shutil
+    import tempfile
+
+    from alchemist.backends.local.pool import client
+
+    folder = Path(tempfile.mkdtemp(prefix="alch-pools-"))
+    old = os.environ.get("ALCHEMIST_POOL_DIR")
+    os.environ["ALCHEMIST_POOL_DIR"] = str(folder)
+    yield folder
+    for pool in folder.iterdir():
+        if pool.is_dir():
+            client.stop(pool)
+    if old is None:
+        os.environ.pop("ALCHEMIST_POOL_DIR", None)
+    else:
+        os.environ["ALCHEMIST_POOL_DIR"] = old
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
@@ -74,3 +115,23 @@ def fake_backend() -> Iterator[Callable[[type], str]]:
     yield register
     for name in names:
         register_backend(name, None)
+
+
+@pytest.fixture
+def submit() -> Iterator[Callable[..., Any]]:
+    """``submit(cell, namespace=None, **options)``: a real 2-rank job on the local backend
+    (``alchemist.client.submit``), cancelled at the end of the test (the diagnosis and
+    monitor tests)."""
+    from alchemist import client
+
+    jobs: list[client.Job] = []
+
+    def start(cell: str, namespace: dict[str, Any] | None = None, **options: Any) -> client.Job:
+        job = client.submit(cell, namespace=namespace or {}, workers=2, **options)
+        jobs.append(job)
+        return job
+
+    yield start
+    for job in jobs:
+        job.cancel()
+        assert job.status().state.is_terminal

@@ -70,10 +70,7 @@ def liveness(job_dir: JobDir, world_size: int) -> dict[int, Liveness]:
     live = _live_pids(job_dir)
     recorded = outcomes.read(job_dir)
     attempt = outcomes.latest_attempt(job_dir, recorded)
-    try:
-        codes = outcomes.torchrun_exit_codes(job_dir.launcher_log.read_text(errors="replace"))
-    except OSError:
-        codes = {}
+    codes = outcomes.exit_codes(job_dir)
     out: dict[int, Liveness] = {}
     for rank in range(world_size):
         pid = read_pid(job_dir.pids / f"rank-{rank}.pid")

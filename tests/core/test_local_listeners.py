@@ -1,9 +1,10 @@
 """A local job listens on loopback only: nobody off this machine can reach its sockets.
 
-Real: a two-rank local job (the supervisor, the launcher running torchrun, two rank
-processes) training with ``async``, so rank 0 also runs the parameter server; the
-listening sockets are read from the kernel through psutil while the job runs. No
-stand-in.
+Real: a two-rank local job training with ``async``, so rank 0 also runs the parameter
+server, started cold (the supervisor, the launcher running torchrun, two rank
+processes) and warm (two ranks forked from the user's warm pool, whose daemon holds the
+store); the listening sockets are read from the kernel through psutil while the job
+runs. No stand-in.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 import alchemist
+from alchemist.backends.local.pool import state as pool_state
 from alchemist.spec import JobState
 from tests.conftest import processes_under
 
@@ -53,10 +56,18 @@ def listening(procs: list[psutil.Process]) -> dict[int, tuple[str, list[tuple[st
     return found
 
 
-def test_a_local_job_listens_on_loopback_only(alchemist_home: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("start", ["cold", "warm"])
+def test_a_local_job_listens_on_loopback_only(
+    alchemist_home: Path, tmp_path: Path, start: str
+) -> None:
     release = tmp_path / "release"
     job = alchemist.submit(
-        CELL, workers=2, algorithm="async", env={"RELEASE": str(release)}, namespace={}
+        CELL,
+        workers=2,
+        algorithm="async",
+        env={"RELEASE": str(release)},
+        namespace={},
+        no_warm=start == "cold",
     )
     try:
         deadline = time.monotonic() + 120
@@ -66,19 +77,26 @@ def test_a_local_job_listens_on_loopback_only(alchemist_home: Path, tmp_path: Pa
             time.sleep(0.1)
         logs = job.logs()
         procs = processes_under(alchemist_home)
+        pool = pool_state.read_info(pool_state.pool_dir())
+        if start == "warm":
+            assert pool is not None
+            procs.append(psutil.Process(pool.pid))
         sockets = listening(procs)
     finally:
         release.touch()
     status = job.wait(timeout=120)
     assert status.state == JobState.SUCCEEDED, (status, job.logs())
+    if start == "warm":  # not vacuous: the ranks were the pool's
+        assert "warm start" in job.job_dir.launcher_log.read_text()
 
-    launcher = [pid for pid, (cmd, _) in sockets.items() if "torch.distributed.run" in cmd]
-    ranks = [
-        pid
-        for pid, (cmd, _) in sockets.items()
-        if "-m alchemist.runtime" in cmd and pid not in launcher
-    ]
-    assert len(launcher) == 1 and len(ranks) == 2, sockets
+    rank_pids = {int(p.read_text()) for p in job.job_dir.pids.glob("rank-*.pid")}
+    ranks = [pid for pid in sockets if pid in rank_pids]
+    if start == "cold":
+        holder = [pid for pid, (cmd, _) in sockets.items() if "torch.distributed.run" in cmd]
+    else:
+        assert pool is not None
+        holder = [pool.pid]
+    assert len(holder) == 1 and len(ranks) == 2, sockets
 
     exposed = [
         (cmd, addr)
@@ -93,5 +111,5 @@ def test_a_local_job_listens_on_loopback_only(alchemist_home: Path, tmp_path: Pa
     ps_port = re.search(r"ps-port (\d+)", logs)
     assert store and ps_port
     assert store.group(1) == "127.0.0.1"
-    assert ("127.0.0.1", int(store.group(2))) in sockets[launcher[0]][1]
+    assert ("127.0.0.1", int(store.group(2))) in sockets[holder[0]][1]
     assert ("127.0.0.1", int(ps_port.group(1))) in [a for pid in ranks for a in sockets[pid][1]]

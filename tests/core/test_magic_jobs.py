@@ -217,19 +217,25 @@ def test_failure_without_restarts_reports_the_cause(ip: Any, failure: str, cause
     assert job.status().reason is not None and job.status().reason.startswith("rank 1 failed: ")
 
 
-def test_cancel_stops_every_process(ip: Any, alchemist_home: Any) -> None:
+@pytest.mark.parametrize("start", ["cold", "warm"])
+def test_cancel_stops_every_process(ip: Any, alchemist_home: Any, start: str) -> None:
     from tests.conftest import processes_under
 
     job = ip.run_cell_magic(
         "alchemist_distributed",
-        "-n 2 --detach",
+        "-n 2 --detach" + (" --no-warm" if start == "cold" else ""),
         "import time, alchemist\nprint('up', flush=True)\ntime.sleep(600)",
     )
     deadline = time.monotonic() + 120
     while job.logs().count("up") < 2:
         assert time.monotonic() < deadline, job.logs()
         time.sleep(0.2)
-    assert len(processes_under(job.job_dir.root)) >= 4  # supervisor, torchrun, 2 ranks
+    running = {p.pid for p in processes_under(job.job_dir.root)}
+    ranks = {int(f.read_text()) for f in job.job_dir.pids.glob("rank-*.pid")}
+    supervisor = int((job.job_dir.pids / "launcher.pid").read_text())
+    assert len(ranks) == 2 and ranks | {supervisor} <= running
+    # cold: torchrun too; warm: the ranks are the pool's
+    assert ((job.job_dir.pids / "torchrun.pid").exists()) == (start == "cold")
     ip.run_line_magic("alchemist_cancel", job.id)
     assert job.status().state == JobState.CANCELLED
     assert processes_under(job.job_dir.root) == []

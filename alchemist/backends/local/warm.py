@@ -82,6 +82,8 @@ class _Attempt:
                 if msg.get("event") == "exit":
                     self.codes[msg["rank"]] = int(msg["status"])
                     self.order.append(msg["rank"])
+            if msgs:  # for the diagnosis: how each rank ended (torchrun's are in its log)
+                outcomes.record_exit_codes(self.job_dir, self.attempt, self.codes)
             if self.lines.eof and len(self.codes) < len(self.procs):
                 self.lost = True
         else:

@@ -80,9 +80,23 @@ def stop(folder: Path | None = None, timeout: float = 15.0) -> bool:
         with contextlib.suppress(ProcessLookupError):
             os.kill(info.pid, 15)  # still starting, or not answering: SIGTERM
     deadline = time.time() + timeout
-    while time.time() < deadline and state.read_info(folder) is not None:
+    while time.time() < deadline and _alive(info.pid):
         time.sleep(0.05)
     return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - reused by another account
+        return False
+    try:  # a zombie (the caller started it and has not reaped it yet) has ended
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def _wait_ready(

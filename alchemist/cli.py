@@ -1,4 +1,4 @@
-"""The ``alchemist`` command: jobs, logs, metrics, cancel, submit, status, diagnose.
+"""The ``alchemist`` command: jobs, logs, metrics, cancel, submit, status, diagnose, pool.
 
 ``alchemist submit train.py -n 2`` runs a script (or a notebook's code cells) as a job
 through the same :func:`alchemist.client.submit` as the magic, and follows its logs
@@ -51,6 +51,12 @@ def _parser() -> argparse.ArgumentParser:
         help="also write the debug bundle (.tar.gz: the report, stacks, flight recorder,"
         " log tails, spec) to PATH (a folder: alchemist-ID-debug.tar.gz in it)",
     )
+
+    pl = sub.add_parser(
+        "pool", help="your warm pool of local ranks: status (the default), or stop it"
+    )
+    pl.add_argument("action", nargs="?", default="status", choices=["status", "stop"])
+    pl.add_argument("--json", action="store_true", help="print the status as JSON")
 
     lg = sub.add_parser("logs", help="print a job's logs")
     lg.add_argument("job_id")
@@ -126,6 +132,8 @@ def _run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         return 0
+    if args.command == "pool":
+        return _pool(args)
     job = client.attach(args.job_id)
     if args.command == "status":
         print(json.dumps(job.to_dict(), indent=2))
@@ -157,6 +165,19 @@ def _run(args: argparse.Namespace) -> int:
             print(json.dumps(event))
         if args.cursor:
             print(f"cursor: {cursor}", file=sys.stderr)
+    return 0
+
+
+def _pool(args: argparse.Namespace) -> int:
+    from alchemist.backends.local.pool import client as pool_client
+    from alchemist.backends.local.pool import state as pool_state
+
+    if args.action == "stop":
+        stopped = pool_client.stop()
+        print("warm pool stopped" if stopped else "no warm pool is running")
+        return 0
+    status = pool_state.status()
+    print(json.dumps(status, indent=2) if args.json else status["text"])
     return 0
 
 

@@ -18,6 +18,9 @@ Routes, relative to the server's base URL (``/user/<name>/`` behind JupyterHub):
                                                  of :mod:`alchemist.diagnosis.report`)
     GET    alchemist/api/v1/jobs/ID/diagnosis/bundle  the debug bundle, a .tar.gz download
                                                  (:mod:`alchemist.diagnosis.bundle`)
+    GET    alchemist/api/v1/pool                 the user's warm pool: ``{"running", "text",
+                                                 "ranks", "jobs", "idle_s", "ends_in_s"...}``
+    DELETE alchemist/api/v1/pool                 stop it (running ranks go on)
 
 Contract:
 
@@ -584,6 +587,37 @@ class DiagnosisBundleHandler(AlchemistHandler):
         self.finish(data, set_content_type=MEDIA_TYPE)  # APIHandler's default is JSON
 
 
+def _pool_status() -> dict[str, Any]:
+    from alchemist.backends.local.pool import state
+
+    return state.status()
+
+
+def _pool_stop() -> dict[str, Any]:
+    from alchemist.backends.local.pool import client as pool_client
+
+    pool_client.stop()
+    return _pool_status()
+
+
+class PoolHandler(AlchemistHandler):
+    """The user's warm pool of local ranks (:mod:`alchemist.backends.local.pool`): this
+    server runs as the user, so the pool it reads and stops is that user's alone."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        self.query({})
+        self.reply(await self.call(_pool_status))
+
+    @web.authenticated
+    @authorized
+    async def delete(self) -> None:
+        """Stop the pool (running ranks go on); replies with the status afterwards."""
+        self.query({})
+        self.reply(await self.call(_pool_stop))
+
+
 class TensorBoardHandler(AlchemistHandler):
     @web.authenticated
     @authorized
@@ -630,5 +664,6 @@ def setup_handlers(web_app: Any) -> None:
         (f"/jobs/{_ID}/tensorboard", TensorBoardHandler),
         (f"/jobs/{_ID}/diagnosis", DiagnosisHandler),
         (f"/jobs/{_ID}/diagnosis/bundle", DiagnosisBundleHandler),
+        ("/pool", PoolHandler),
     ]
     web_app.add_handlers(".*$", [(base + path + "/?", handler) for path, handler in routes])

@@ -168,6 +168,10 @@ def document(base_url: str = "/") -> dict[str, Any]:
             )
         },
         "/jobs/{job_id}/diagnosis/bundle": {"get": _bundle_op(job)},
+        "/pool": {
+            "get": _op("your warm pool of local ranks: running, status, ranks, idle time"),
+            "delete": _op("stop your warm pool (running ranks go on)"),
+        },
     }
     return {
         "openapi": "3.0.3",

@@ -336,6 +336,12 @@ def test_launch_a_two_worker_script_and_watch_it_succeed(page: Any, lab: Lab) ->
     row.locator(".jp-Alchemist-state", has_text="succeeded").wait_for()
     assert row.locator(".jp-Alchemist-metric").inner_text() == "loss 0.05 @ 19"
 
+    # the job's ranks came from the user's warm pool, which the panel shows and stops
+    pool = panel.locator(".jp-Alchemist-pool")
+    pool.filter(has_text=re.compile(r"warm pool: idle .* jobs? served")).wait_for()
+    pool.get_by_role("button", name="Stop").click()
+    pool.filter(has_text="warm pool: none").wait_for()
+
 
 def test_cancel_a_long_job_from_its_view(page: Any, lab: Lab) -> None:
     fill_form(page, "long.py", 2, "long-run")

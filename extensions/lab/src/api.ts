@@ -103,6 +103,16 @@ export interface IMetricsChunk {
   more: boolean;
 }
 
+/** The user's warm pool of local ranks, as `GET /alchemist/api/v1/pool` says. */
+export interface IPoolStatus {
+  running: boolean;
+  /** One line for people: `warm pool: idle 4 min (ends in 6 min), 3 jobs served`. */
+  text: string;
+  status?: string;
+  ranks?: number;
+  jobs?: string[];
+}
+
 export const api = {
   info(): Promise<IServerInfo> {
     return requestAPI('');
@@ -133,6 +143,12 @@ export const api = {
   },
   diagnosis(id: string): Promise<IDiagnosis> {
     return requestAPI(`jobs/${encodeURIComponent(id)}/diagnosis`);
+  },
+  pool(): Promise<IPoolStatus> {
+    return requestAPI('pool');
+  },
+  stopPool(): Promise<IPoolStatus> {
+    return requestAPI('pool', jsonInit('DELETE'));
   },
   tensorboard(id: string): Promise<{ url: string }> {
     return requestAPI(`jobs/${encodeURIComponent(id)}/tensorboard`, jsonInit('POST', {}));

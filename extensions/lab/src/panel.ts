@@ -156,6 +156,11 @@ export class AlchemistPanel extends Widget {
       this._jobs = jobs;
       this._listMessage.clear();
       this._renderJobs();
+      // The warm pool's line is a note: a failure to read it never hides the jobs.
+      void api
+        .pool()
+        .then(pool => this._renderPool(pool.text, pool.running))
+        .catch(() => undefined);
     } catch (error) {
       this._listMessage.error(messageOf(error));
       throw error;
@@ -203,6 +208,19 @@ export class AlchemistPanel extends Widget {
 
   protected onAfterShow(): void {
     void this._poll.refresh();
+  }
+
+  /** The warm pool's line under the jobs, with a Stop button while one runs. */
+  private _renderPool(text: string, running: boolean): void {
+    const stop = h('button', { class: 'jp-Button', type: 'button', title: 'Stop the warm pool (running jobs go on)' }, 'Stop');
+    stop.addEventListener('click', () => {
+      stop.disabled = true;
+      void api
+        .stopPool()
+        .then(pool => this._renderPool(pool.text, pool.running))
+        .catch(error => this._listMessage.error(messageOf(error)));
+    });
+    this._pool.replaceChildren(h('span', {}, text), ...(running ? [stop] : []));
   }
 
   dispose(): void {
@@ -438,7 +456,8 @@ export class AlchemistPanel extends Widget {
       this._launch,
       jobsHeader,
       this._listMessage.node,
-      this._list
+      this._list,
+      this._pool
     );
     // Elapsed times of running jobs tick between polls (text only: rows keep focus).
     this._clock = window.setInterval(() => {
@@ -524,6 +543,7 @@ export class AlchemistPanel extends Widget {
   private _listMessage = new MessageLine();
   private _dryrun = h('pre', { class: 'jp-Alchemist-dryrun' });
   private _list = h('ul', { class: 'jp-Alchemist-jobs' });
+  private _pool = h('div', { class: 'jp-Alchemist-pool' });
   private _jobs: IJob[] = [];
   private _poll: Poll;
   private _clock = 0;

@@ -130,6 +130,7 @@ def connect(env: Mapping[str, str], job_env: Mapping[str, str]) -> socket.socket
         )
     try:
         folder = state.pool_dir()
+        state.keepalive_s()  # a bad setting is said here, in the job's log
     except state.PoolError as e:
         raise Cold(str(e)) from None
     parts = fingerprint.parts(env)

@@ -100,6 +100,7 @@ class PoolInfo:
     ranks: int = 0  # ranks running now
     idle_since: float | None = None
     served: int = 0  # job attempts forked so far
+    ready: float | None = None  # when it became ready (start-up = ready - started)
 
     def to_dict(self) -> dict[str, Any]:
         now = time.time()

@@ -41,6 +41,8 @@ PRELOAD = (
     "torch.nn",
     "torch.nn.functional",
     "torch.optim",
+    "torch._dynamo",  # what an optimizer's first step imports (2 s here): torch.optim's
+    # methods are wrapped to disable dynamo, which imports it on first call
     "torch.utils.data",
     "cloudpickle",
     "psutil",

@@ -139,7 +139,7 @@ def _launch(
     job_env = request.get("env") or {}
     base = {k: v for k, v in os.environ.items() if k not in job_env}
     try:
-        conn = client.connect(base, job_env)
+        conn = client.connect(base, job_env, restart=attempt > 0)
     except client.Cold as e:
         print(f"[alchemist] cold start: {e}", flush=True)
         return None

@@ -113,9 +113,15 @@ def _wait_ready(
     return state.read_info(folder)
 
 
-def connect(env: Mapping[str, str], job_env: Mapping[str, str]) -> socket.socket:
+def connect(
+    env: Mapping[str, str], job_env: Mapping[str, str], restart: bool = False
+) -> socket.socket:
     """A connection to this user's ready pool for ``env`` (the ranks' environment
     without the job's own variables, ``job_env``).
+
+    ``restart``: for a restart of a job that started warm, whose attempts must all come
+    from a pool: any ready pool serves it (one started since for a changed environment
+    too), and none is started anew unless there is none.
 
     Raises:
         Cold: the job must start cold; the message says why.
@@ -138,7 +144,7 @@ def connect(env: Mapping[str, str], job_env: Mapping[str, str]) -> socket.socket
     starting = None
     with _locked(folder):
         info = state.read_info(folder)
-        if info is not None and info.fingerprint != digest:
+        if info is not None and info.fingerprint != digest and not restart:
             why = fingerprint.what_changed(info.parts, parts)
             stop(folder)
             start_daemon(folder, parts)

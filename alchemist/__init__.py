@@ -8,7 +8,7 @@ In a notebook::
     model, optimizer = alchemist.distribute(model, optimizer)
     ...
 
-From Python: :func:`submit`, :func:`jobs`, :func:`attach`. Inside a training cell (and
+From Python: :func:`submit`, :func:`jobs`, :func:`attach`, :func:`session` (interactive). Inside a training cell (and
 in a plain notebook, at world size 1): :func:`context`, :func:`distribute`,
 :func:`shard`, :func:`log`, :func:`save_checkpoint`, :func:`restore`.
 """
@@ -34,6 +34,14 @@ __version__ = "0.1.0"
 # The client (job store, backends) loads on first use, so worker processes, which
 # only need the runtime helpers, start without SQLAlchemy.
 _CLIENT_NAMES = ("DryRun", "Job", "attach", "jobs", "submit")
+
+
+def session(*args: Any, **kwargs: Any) -> Any:
+    """Start an interactive session: N ranks to work in cell by cell (see
+    :func:`alchemist.interactive.sessions.session`; docs/interactive.md)."""
+    from alchemist.interactive.sessions import session as start
+
+    return start(*args, **kwargs)
 
 
 def __getattr__(name: str) -> Any:
@@ -68,6 +76,7 @@ __all__ = [
     "restart_count",
     "restore",
     "save_checkpoint",
+    "session",
     "shard",
     "submit",
 ]

@@ -242,6 +242,7 @@ class Job:
             "gpus_per_worker": spec.resources.gpus,
             "world_size": spec.world_size,
             "algorithm": spec.algorithm,
+            "kind": "session" if spec.entry == "session" else "batch",  # alchemist.interactive
             "spec": spec.to_dict(),
             "job_dir": str(self.job_dir.root),
             "stalled": self.stalled(st),

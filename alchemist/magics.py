@@ -382,7 +382,10 @@ def await_alchemist_magics(lines: list[str]) -> list[str]:
 
 
 def load_ipython_extension(ipython: Any) -> None:
+    from alchemist.interactive import magics as interactive_magics
+
     ipython.register_magics(AlchemistMagics)
+    interactive_magics.register(ipython)
     transformers = ipython.input_transformers_post
     if await_alchemist_magics not in transformers:
         transformers.append(await_alchemist_magics)

@@ -112,7 +112,8 @@ class JobSpec:
 
     What a user may set, and from where, is the table in :mod:`alchemist.options`.
         entry: what the workers run: ``cell`` (a bundled notebook cell), ``script``
-            (a Python file's source) or ``function`` (a pickled callable).
+            (a Python file's source), ``function`` (a pickled callable) or ``session``
+            (an interactive session's engines: :mod:`alchemist.interactive`).
     """
 
     name: str = "job"
@@ -201,8 +202,10 @@ class JobSpec:
             raise SpecError(f"debug must be true or false, got {self.debug!r}")
         if not isinstance(self.no_warm, bool):
             raise SpecError(f"no_warm must be true or false, got {self.no_warm!r}")
-        if self.entry not in ("cell", "script", "function"):
-            raise SpecError(f"entry must be cell, script or function, got {self.entry!r}")
+        if self.entry not in ("cell", "script", "function", "session"):
+            raise SpecError(
+                f"entry must be cell, script, function or session, got {self.entry!r}"
+            )
         return self
 
     def to_dict(self) -> dict[str, Any]:

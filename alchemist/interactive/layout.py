@@ -1,0 +1,68 @@
+"""Where a session keeps its files, inside its job directory (:class:`JobDir`).
+
+A session is a job of kind ``session``: besides the job directory's usual files
+(``spec.json``, ``state.json``, ``logs/rank-<r>.log``, ``metrics/``, ``pids/``,
+``debug/``), it has a ``session/`` folder (0700)::
+
+    session/config.json          what the session was started with (workers, timeouts, cwd)
+    session/ipython/security/    the controller's connection files (0600; they hold the key)
+    session/transcript.jsonl     one record per %%alchemist_px cell (for promote)
+    session/activity.json        the last cell's start or end, and whether one runs (idle timeout)
+    session/stop-requested       asks the session's supervisor to stop the engines
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from alchemist.jobdir import JobDir
+
+#: The ``entry`` of a session's spec: what its ranks run (cells, one at a time).
+SESSION_ENTRY = "session"
+#: The file that asks the supervisor to stop the session (a normal stop, not a cancel).
+STOP_MARKER = "stop-requested"
+
+
+@dataclass(frozen=True)
+class SessionDir:
+    """Paths of one session's files."""
+
+    job: JobDir
+
+    @property
+    def root(self) -> Path:
+        return self.job.root / "session"
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.json"
+
+    @property
+    def profile(self) -> Path:
+        """The ipyparallel profile folder of the session's controller."""
+        return self.root / "ipython"
+
+    @property
+    def security(self) -> Path:
+        return self.profile / "security"
+
+    @property
+    def client_file(self) -> Path:
+        return self.security / "ipcontroller-client.json"
+
+    @property
+    def engine_file(self) -> Path:
+        return self.security / "ipcontroller-engine.json"
+
+    @property
+    def transcript(self) -> Path:
+        return self.root / "transcript.jsonl"
+
+    @property
+    def activity(self) -> Path:
+        return self.root / "activity.json"
+
+    @property
+    def stop_marker(self) -> Path:
+        return self.root / STOP_MARKER

@@ -1,0 +1,258 @@
+"""A session's launcher: ``python -m alchemist.interactive.supervisor JOB_DIR``.
+
+Like a batch job's supervisor (:mod:`alchemist.backends.local.supervisor`) it runs in a
+session of its own, so the engines outlive the kernel that started them, and it writes
+the job's ``state.json``. It
+
+1. starts the rendezvous store on loopback (:func:`alchemist.backends.launch.loopback_store`),
+2. starts the ipyparallel controller on loopback (``python -m
+   alchemist.interactive.controller JOB_DIR``), whose connection files land 0600 in the
+   session's 0700 ``session/ipython/security/``,
+3. starts one engine per rank (``python -m alchemist.interactive.engine JOB_DIR RANK``)
+   with the rank's environment, and marks the job ``running``,
+4. watches them: a rank that dies stops the others and fails the session with the
+   reason ("rank 1 was killed by signal 9 (SIGKILL) (out of memory?)"), as torchrun
+   stops a batch job's group; a stop request (``session/stop-requested``) ends it as
+   ``succeeded``, a cancel (``alchemist cancel``, SIGTERM) as ``cancelled``, and idling
+   past ``idle_timeout`` (after a warning in ``state.json``'s reason) as ``cancelled``.
+
+The engines' and the controller's command lines name the job directory, so
+:func:`alchemist.backends.local.procs.job_processes` finds every process of the session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from alchemist.backends.launch import LOOPBACK
+from alchemist.backends.local.procs import CANCEL_MARKER, job_processes, terminate
+from alchemist.interactive.layout import SessionDir
+from alchemist.jobdir import JobDir
+
+#: Seconds between two looks at the engines.
+POLL_S = 0.2
+#: Seconds the engines get to stop on SIGTERM before they are killed.
+STOP_GRACE_S = 3.0
+
+
+def died(rank: int, code: int) -> str:
+    """One line saying how rank ``rank``'s engine ended (``code`` as Popen reports it)."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = " (out of memory?)" if -code == signal.SIGKILL else ""
+        return f"rank {rank} was killed by signal {-code} ({name}){hint}"
+    return f"rank {rank} exited with status {code}"
+
+
+def rank_env(cfg: dict[str, Any], job_dir: JobDir, rank: int, port: int) -> dict[str, str]:
+    """The environment of rank ``rank``'s engine: what torchrun and the local backend give
+    a batch rank (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_*``, the agent-store
+    flag that makes :func:`alchemist.runtime.worker._attempt_store` use the store on an
+    attempt prefix, ``GLOO_SOCKET_IFNAME``, per-rank ``CUDA_VISIBLE_DEVICES``), plus the
+    session's collective timeout. The user's ``env`` comes first; the runtime's wins."""
+    world = int(cfg["world_size"])
+    env = {**os.environ, **cfg.get("env", {})}
+    env.update(
+        {
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(world),
+            "GROUP_RANK": "0",
+            "MASTER_ADDR": LOOPBACK,
+            "MASTER_PORT": str(port),
+            "TORCHELASTIC_USE_AGENT_STORE": "True",
+            "TORCHELASTIC_RESTART_COUNT": "0",
+            "ALCHEMIST_STORE_PREFIX": "alchemist/session/pg-0",
+            "ALCHEMIST_JOB_ID": job_dir.job_id,
+            "ALCHEMIST_JOB_DIR": str(job_dir.root),
+            "ALCHEMIST_COLLECTIVE_TIMEOUT": str(cfg["collective_timeout"]),
+            "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1"),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    # An idle engine is no stalled rank: the stall watchdog stays off unless asked for.
+    env.setdefault("ALCHEMIST_WATCHDOG_S", "0")
+    if cfg.get("loopback_if"):
+        env.setdefault("GLOO_SOCKET_IFNAME", cfg["loopback_if"])
+    if int(cfg.get("gpus_per_worker") or 0) > 0:
+        env["CUDA_VISIBLE_DEVICES"] = str(rank)
+        env["LOCAL_RANK"] = "0"  # the one device it sees is cuda:0
+    return env
+
+
+class _Stop(Exception):
+    def __init__(self, state: str, reason: str | None) -> None:
+        super().__init__(reason)
+        self.state = state
+        self.reason = reason
+
+
+def main(argv: list[str]) -> int:
+    job_dir = JobDir(Path(argv[0]))
+    sd = SessionDir(job_dir)
+    cfg = json.loads(sd.config.read_text())
+    signalled: list[int] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        signalled.append(signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    final = {"state": "failed", "reason": "the session's supervisor failed"}
+    try:
+        final = _run(job_dir, sd, cfg, procs, signalled)
+    except _Stop as stop:
+        final = {"state": stop.state, "reason": stop.reason}  # type: ignore[dict-item]
+    except Exception as e:  # said in the launcher log and the state
+        print(f"[alchemist] session supervisor: {type(e).__name__}: {e}", flush=True)
+        final = {"state": "failed", "reason": f"the session's supervisor failed: {e}"}
+    finally:
+        _stop_all(job_dir, procs)
+        job_dir.write_state(finished=time.time(), **final)
+    return 0
+
+
+def _stop_all(job_dir: JobDir, procs: dict[str, subprocess.Popen[bytes]]) -> None:
+    roots = [p.pid for p in procs.values() if p.poll() is None]
+    left = job_processes(job_dir.root, roots)
+    if left:
+        terminate(left, grace=STOP_GRACE_S)
+    for p in procs.values():
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - terminate() killed it
+            pass
+
+
+def _spawn(args: list[str], log: Path, env: dict[str, str], cwd: str) -> subprocess.Popen[bytes]:
+    out = open(log, "ab")  # noqa: SIM115 - handed to the child
+    try:
+        return subprocess.Popen(
+            [sys.executable, *args],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            close_fds=True,
+        )
+    finally:
+        out.close()
+
+
+def _check(
+    job_dir: JobDir,
+    sd: SessionDir,
+    procs: dict[str, subprocess.Popen[bytes]],
+    signalled: list[int],
+) -> None:
+    """Raise :class:`_Stop` when the session must end now."""
+    if signalled or (job_dir.root / CANCEL_MARKER).exists():
+        raise _Stop("cancelled", "cancelled by the user")
+    if sd.stop_marker.exists():
+        # A reason in the marker: the notebook gave up on the session (it did not start).
+        why = sd.stop_marker.read_text().strip()
+        raise _Stop("failed", why) if why else _Stop("succeeded", "stopped by the user")
+    for name, proc in procs.items():
+        code = proc.poll()
+        if code is None:
+            continue
+        if name == "controller":
+            raise _Stop("failed", f"the session's controller exited with status {code}")
+        rank = int(name.split("-", 1)[1])
+        raise _Stop("failed", died(rank, code) + "; the other ranks were stopped")
+
+
+def _run(
+    job_dir: JobDir,
+    sd: SessionDir,
+    cfg: dict[str, Any],
+    procs: dict[str, subprocess.Popen[bytes]],
+    signalled: list[int],
+) -> dict[str, Any]:
+    from alchemist.backends.launch import loopback_store
+
+    cwd = cfg.get("cwd") or str(job_dir.root)
+    base_env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    procs["controller"] = _spawn(
+        ["-m", "alchemist.interactive.controller", str(job_dir.root)],
+        job_dir.launcher_log,
+        base_env,
+        cwd,
+    )
+    # The store lives as long as this process: the ranks' process group meets on it.
+    store, port = loopback_store()
+    deadline = time.time() + float(cfg["start_timeout"])
+    while not sd.engine_file.exists():
+        _check(job_dir, sd, procs, signalled)
+        if time.time() > deadline:
+            raise _Stop(
+                "failed",
+                f"the session's controller did not start within {cfg['start_timeout']:g} s"
+                " (--start-timeout); see logs/launcher.log",
+            )
+        time.sleep(0.05)
+    for rank in range(int(cfg["world_size"])):
+        procs[f"rank-{rank}"] = _spawn(
+            ["-m", "alchemist.interactive.engine", str(job_dir.root), str(rank)],
+            job_dir.rank_log(rank),
+            rank_env(cfg, job_dir, rank, port),
+            cwd,
+        )
+    job_dir.write_state(
+        state="running", reason=None, started=time.time(), supervisor_pid=os.getpid()
+    )
+    warned_at: float | None = None
+    idle_timeout = cfg.get("idle_timeout")
+    grace = float(cfg.get("idle_grace") or 60.0)
+    while True:
+        _check(job_dir, sd, procs, signalled)
+        if idle_timeout:
+            idle = _idle_seconds(sd)
+            if idle is None or idle < idle_timeout:
+                if warned_at is not None:
+                    warned_at = None
+                    job_dir.write_state(reason=None)
+            elif warned_at is None:
+                warned_at = time.time()
+                job_dir.write_state(
+                    reason=f"idle for {idle:.0f} s: the engines stop in {grace:.0f} s"
+                    " unless a cell runs (--idle-timeout)"
+                )
+            elif time.time() - warned_at >= grace:
+                raise _Stop(
+                    "cancelled",
+                    f"stopped after {idle_timeout:g} s idle (--idle-timeout): the engines"
+                    " were freed; start a new session",
+                )
+        time.sleep(POLL_S)
+    del store  # pragma: no cover
+
+
+def _idle_seconds(sd: SessionDir) -> float | None:
+    """Seconds since the last cell ended; None while one runs."""
+    try:
+        activity = json.loads(sd.activity.read_text())
+    except (OSError, ValueError):
+        activity = {}
+    if activity.get("busy"):
+        return None
+    since = float(activity.get("time") or sd.config.stat().st_mtime)
+    return time.time() - since
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

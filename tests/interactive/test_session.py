@@ -1,0 +1,150 @@
+"""A session's ranks: engine id = rank, state kept, collectives, output, interrupt, death.
+
+Real ipyparallel engines (two local processes, gloo) started through Alchemist.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import threading
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.interactive.conftest import wait_for
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+ALL_REDUCE = """
+import torch, torch.distributed as dist, alchemist
+ctx = alchemist.context()
+t = torch.tensor([float(ctx.rank + 1)])
+dist.all_reduce(t)
+print(f"rank={ctx.rank} sum={t.item():g}")
+"""
+
+
+def test_ranks_state_collectives_output_and_listing(started: Any, capsys: Any) -> None:
+    from alchemist import client
+
+    s = started(2)
+    assert s.pull("__name__", rank=0) == "__main__"
+    # engine id = rank: each engine's RANK is its id, and torch agrees
+    s.run("import os, torch.distributed as dist\nr = (int(os.environ['RANK']), dist.get_rank())")
+    assert s.pull("r", rank=0) == (0, 0) and s.pull("r", rank=1) == (1, 1)
+    s.run(ALL_REDUCE)
+    out = capsys.readouterr().out
+    assert "[rank 0] rank=0 sum=3" in out and "[rank 1] rank=1 sum=3" in out  # 1 + 2
+    # state across cells: t is the reduced tensor from the cell before
+    s.run("print('again', t.item())")
+    assert sorted(capsys.readouterr().out.splitlines()) == [
+        "[rank 0] again 3.0",
+        "[rank 1] again 3.0",
+    ]
+    # each rank's lines in order; the rank filter runs on rank 1 only
+    s.run("for i in range(5):\n    print('line', i, flush=True)", targets="1")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"[rank 1] line {i}" for i in range(5)]
+    # --no-stream: rank after rank, each in order
+    s.run(
+        "import time\nfor i in range(3):\n    print('n', i, flush=True); time.sleep(0.01)",
+        stream=False,
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"[rank {r}] n {i}" for r in (0, 1) for i in range(3)]
+    # push and pull
+    s.push({"w": [1, 2, 3]})
+    s.run("w2 = [x * (alchemist.context().rank + 1) for x in w]")
+    assert s.pull("w2", rank=1) == [2, 4, 6]
+    # the session is a job of kind "session": listed with its state
+    listed = {j.id: j for j in client.jobs()}
+    assert listed[s.id].to_dict()["kind"] == "session"
+    assert listed[s.id].status().state.value == "running"
+    assert s.job_dir.rank_log(1).read_text().count("line 4") == 1  # output is in the rank's log
+    s.stop()
+    assert client.attach(s.id).status().state.value == "succeeded"
+
+
+def test_interrupt_reaches_every_rank_and_the_next_cell_runs(started: Any, capsys: Any) -> None:
+    from alchemist.interactive import SessionError
+
+    s = started(2)
+    logs = [s.job_dir.rank_log(r) for r in s.ranks]
+
+    def interrupt_when_looping() -> None:
+        wait_for(lambda: all("looping" in p.read_text() for p in logs), 60, "both ranks to loop")
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_when_looping, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        s.run("import time\nprint('looping', flush=True)\nwhile True:\n    time.sleep(0.01)")
+    out = capsys.readouterr()
+    assert "every rank stopped" in out.out
+    err = ANSI.sub("", out.err)
+    assert "[rank 0] KeyboardInterrupt" in err and "[rank 1] KeyboardInterrupt" in err
+    from alchemist.interactive import transcript
+
+    (cell,) = transcript.read(s.dirs.transcript)
+    assert cell.status == "interrupted"
+    assert all(v.startswith("KeyboardInterrupt") for v in cell.ranks.values()), cell.ranks
+    s.run(ALL_REDUCE)  # the health check finds the ranks in step; the group still works
+    out = capsys.readouterr().out
+    assert "[rank 0] rank=0 sum=3" in out and "[rank 1] rank=1 sum=3" in out
+    assert "rebuilt" not in out
+    with pytest.raises(SessionError, match="unknown target rank"):
+        s.run("print(1)", targets=[2])
+
+
+def test_ranks_out_of_step_get_a_rebuilt_process_group(started: Any, capsys: Any) -> None:
+    """A cell that fails on rank 1 after rank 0 made one more collective: the health check
+    sees the sequence numbers differ and rebuilds the group; the next all_reduce is right."""
+    from alchemist.interactive import CellFailed
+
+    s = started(2, collective_timeout=5)
+    with pytest.raises(CellFailed, match="ranks 0, 1"):  # rank 0 timed out waiting
+        s.run(
+            "import torch, torch.distributed as dist, alchemist\n"
+            "if alchemist.context().rank == 1:\n    raise ValueError('boom')\n"
+            "x = torch.ones(1)\ndist.all_reduce(x)\n"
+        )
+    err = ANSI.sub("", capsys.readouterr().err)
+    assert "[rank 1] ValueError: boom" in err
+    s.run(ALL_REDUCE)
+    out = capsys.readouterr().out
+    assert "process group was rebuilt" in out
+    assert "[rank 0] rank=0 sum=3" in out and "[rank 1] rank=1 sum=3" in out
+
+
+def test_a_killed_rank_breaks_the_session_and_stops_the_other(started: Any) -> None:
+    from alchemist.backends.local.procs import read_pid
+    from alchemist.interactive import SessionBroken
+
+    s = started(2)
+    pids = [read_pid(s.job_dir.pids / f"rank-{r}.pid") for r in s.ranks]
+    os.kill(pids[1], signal.SIGKILL)
+    wait_for(lambda: s.job_dir.read_state().get("state") == "failed", 30, "the session to break")
+    reason = s.job_dir.read_state()["reason"]
+    assert reason.startswith("rank 1 was killed by signal 9 (SIGKILL)"), reason
+    wait_for(
+        lambda: not psutil.pid_exists(pids[0]) or psutil.Process(pids[0]).status() == "zombie",
+        15,
+        "rank 0 to stop",
+    )
+    with pytest.raises(SessionBroken, match="rank 1 was killed by signal 9"):
+        s.run("print(1)")
+
+
+def test_an_idle_session_is_stopped(started: Any) -> None:
+    from alchemist.backends.local.procs import read_pid
+    from alchemist.interactive import SessionError
+
+    s = started(2, idle_timeout=2)
+    pids = [read_pid(s.job_dir.pids / f"rank-{r}.pid") for r in s.ranks]
+    wait_for(lambda: s.job_dir.read_state().get("state") == "cancelled", 60, "the idle stop")
+    assert "--idle-timeout" in s.job_dir.read_state()["reason"]
+    wait_for(lambda: not any(psutil.pid_exists(p) for p in pids), 15, "the ranks to end")
+    with pytest.raises(SessionError, match="was stopped"):
+        s.run("print(1)")

@@ -7,6 +7,7 @@ The routes live under ``<base_url>alchemist/api/v1/`` (see :mod:`alchemist.serve
 
 from __future__ import annotations
 
+import atexit
 from typing import Any
 
 from alchemist.server.handlers import API_ROOT, setup_handlers
@@ -33,3 +34,16 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     setup_handlers(serverapp.web_app)
     base_url = serverapp.web_app.settings.get("base_url", "/")
     serverapp.log.info("Alchemist REST API at %s%s", base_url, API_ROOT)
+    atexit.register(_stop_warm_pool)
+
+
+def _stop_warm_pool() -> None:
+    """When the user's server stops (logout, the hub culling it, the hub stopping), so
+    does the user's warm pool: its zygote holds torch's memory, and nothing of the
+    user's is left to use it soon. Running ranks go on; a later job starts a new pool."""
+    try:
+        from alchemist.backends.local.pool import client
+
+        client.stop(timeout=5)
+    except Exception:  # an exiting server has no one to tell
+        pass

@@ -63,10 +63,13 @@ class _Attempt:
         self.conn = conn
         self.lines = lines
         self.attempt = attempt
-        self.procs: dict[int, psutil.Process] = {}
+        # None: the rank was gone (and reaped) before we looked; its exit is on its way.
+        self.procs: dict[int, psutil.Process | None] = {}
         for rank, pid in enumerate(pids):
-            with contextlib.suppress(psutil.Error):
+            try:
                 self.procs[rank] = psutil.Process(pid)
+            except psutil.Error:
+                self.procs[rank] = None
         self.codes: dict[int, int] = {}
         self.unknown: set[int] = set()  # ranks that ended while the pool was not answering
         self.order: list[int] = []  # ranks in the order they ended
@@ -104,7 +107,7 @@ class _Attempt:
 
     def stop(self, grace: float) -> None:
         """SIGTERM every rank still running (and its children), SIGKILL after ``grace``."""
-        left = [p for r, p in self.procs.items() if r not in self.codes and _running(p)]
+        left = [p for r, p in self.procs.items() if r not in self.codes and p and _running(p)]
         tree: list[psutil.Process] = []
         for p in left:
             tree.append(p)
@@ -125,7 +128,9 @@ class _Attempt:
             self.conn.close()
 
 
-def _running(proc: psutil.Process) -> bool:
+def _running(proc: psutil.Process | None) -> bool:
+    if proc is None:
+        return False
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:

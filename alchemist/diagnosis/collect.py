@@ -15,6 +15,7 @@ import contextlib
 import os
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,6 +92,17 @@ def liveness(job_dir: JobDir, world_size: int) -> dict[int, Liveness]:
     return out
 
 
+def is_stopped(pid: int | None) -> bool:
+    """True when process ``pid`` is stopped (``SIGSTOP``, a debugger): it answers no
+    signal and no request until it is continued."""
+    if pid is None:
+        return False
+    try:
+        return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+    except psutil.Error:
+        return False
+
+
 def rank_processes(job_dir: JobDir, world_size: int) -> dict[int, RankProcess]:
     """The job's live rank processes that have their hooks in place."""
     live = _live_pids(job_dir)
@@ -115,12 +127,16 @@ def _size(path: Path) -> int:
 
 
 def request_stacks(
-    job_dir: JobDir, procs: dict[int, RankProcess], timeout: float = STACKS_TIMEOUT_S
+    job_dir: JobDir,
+    procs: dict[int, RankProcess],
+    timeout: float = STACKS_TIMEOUT_S,
+    on_answer: Callable[[int, str], None] | None = None,
 ) -> dict[int, str]:
     """Signal each rank and return the stacks each wrote (rank → dump text).
 
     A rank whose file did not grow within ``timeout`` seconds is left out. A dump is
     taken as complete when its file grew and then stayed the same for one poll.
+    ``on_answer(rank, text)`` is called as each rank's dump completes.
     """
     before = {r: _size(hooks.stacks_path(job_dir, r)) for r in procs}
     for rp in procs.values():
@@ -140,6 +156,8 @@ def request_stacks(
                 with open(path, "rb") as f:
                     f.seek(before[rank])
                     done[rank] = f.read(size - before[rank]).decode("utf-8", "replace")
+                if on_answer is not None:
+                    on_answer(rank, done[rank])
             seen[rank] = size
     return done
 
@@ -181,17 +199,27 @@ def post_request(job_dir: JobDir) -> Path:
     return request
 
 
-def wait_answers(request: Path, ranks: list[int], deadline: float) -> dict[int, str]:
+def wait_answers(
+    request: Path,
+    ranks: list[int],
+    deadline: float,
+    on_answer: Callable[[int, str], None] | None = None,
+) -> dict[int, str]:
     """The answers to ``request`` of ``ranks`` that came before ``deadline`` (a
     ``time.monotonic()`` value): rank → answer text. An answer is renamed into place
-    whole, so one that exists is complete."""
+    whole, so one that exists is complete. ``on_answer(rank, text)`` is called as each
+    answer comes."""
     done: dict[int, str] = {}
     while True:
         for rank in ranks:
             if rank in done:
                 continue
-            with contextlib.suppress(OSError):
+            try:
                 done[rank] = hooks.answer_path(request, rank).read_text(errors="replace")
+            except OSError:
+                continue  # not yet
+            if on_answer is not None:
+                on_answer(rank, done[rank])
         if len(done) == len(ranks) or time.monotonic() >= deadline:
             return done
         time.sleep(POLL_S)

@@ -19,12 +19,17 @@ going on in one sentence, the ``headline``:
 - ``running``: the ranks advanced during the diagnosis, or nothing waits;
 - ``not_running``: the job is queued, or has ended: nothing to diagnose.
 
+While the ranks answer, ``diagnose(..., on_partial=callback)`` calls back with a
+partial report (``classification`` ``collecting``: who answered, who is awaited), which
+the monitor shows until the final report is made.
+
 Diagnosis reads and signals; it never changes a job's state.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +48,12 @@ def _doing(act: stacks.Activity) -> str:
     if act.user_frame is None and act.top is not None:
         return f"{_where(act.top)}, outside the user's code"
     return _where(act.user_frame)
+
+
+def _from(act: stacks.Activity) -> str:
+    """``from the cell (line 9)``; ``after the user's code`` for a wait with no user frame
+    (an algorithm's ``finish``, which the runtime calls once the cell has ended)."""
+    return f"from {_where(act.user_frame)}" if act.user_frame else "after the user's code"
 
 
 def _where(frame: stacks.Frame | None) -> str:
@@ -91,6 +102,7 @@ def _rank_stacks(
     local: bool,
     timeout: float,
     last_step: dict[int, float],
+    progress_cb: Callable[[dict[int, Dump], list[int]], None] | None = None,
 ) -> tuple[dict[int, Dump], dict[int, dict[str, Any] | None], list[int]]:
     """``(dumps, recorders, asked)``: rank → (threads, main thread id, source
     ``signal``/``request``/``watchdog``, time of the dump); rank → its flight-recorder
@@ -102,6 +114,9 @@ def _rank_stacks(
     well (the signal answers even for a rank that holds the GIL). A rank that answered
     neither is shown by its watchdog's last dump, unless the rank logged a step after
     it (the dump is of a wait that ended).
+
+    ``progress_cb(dumps so far, ranks still awaited)`` is called once the ranks are
+    asked, and again as each rank answers.
     """
     out: dict[int, Dump] = {}
     recs: dict[int, dict[str, Any] | None] = {}
@@ -115,27 +130,42 @@ def _rank_stacks(
                 request = collect.post_request(job_dir)
             except OSError:
                 request = None  # a read-only job directory: signals and watchdog only
+    expected: list[int] = list(asked)
+
+    def tell() -> None:
+        if progress_cb is not None:
+            progress_cb(dict(out), [r for r in expected if r not in out])
+
     if running and local:
         procs = collect.rank_processes(job_dir, world_size)
-        now = time.time()
-        for rank, text in collect.request_stacks(job_dir, procs, timeout).items():
+        expected = sorted(procs)
+
+        def signalled(rank: int, text: str) -> None:
             threads = stacks.parse_dump(text)
             if threads:
-                out[rank] = (threads, procs[rank].main_thread, "signal", now)
+                out[rank] = (threads, procs[rank].main_thread, "signal", time.time())
+                tell()
+
+        tell()
+        collect.request_stacks(job_dir, procs, timeout, on_answer=signalled)
+    elif request is not None:
+        tell()
     if request is not None:
         deadline = start + timeout
         if local and all(r in out for r in asked):
             deadline = min(deadline, time.monotonic() + LOCAL_ANSWER_S)
-        try:
-            answers = collect.wait_answers(request, asked, deadline)
-        finally:
-            collect.remove_request(request, asked)
-        now = time.time()
-        for rank, text in answers.items():
+
+        def answered(rank: int, text: str) -> None:
             recs[rank] = recorder.parse_block(text)
             threads = stacks.parse_dump(text)
             if rank not in out and threads:
-                out[rank] = (threads, _marker_main(job_dir, rank), "request", now)
+                out[rank] = (threads, _marker_main(job_dir, rank), "request", time.time())
+                tell()
+
+        try:
+            collect.wait_answers(request, asked, deadline, on_answer=answered)
+        finally:
+            collect.remove_request(request, asked)
     for rank in range(world_size):
         if rank in out:
             continue
@@ -148,42 +178,17 @@ def _rank_stacks(
     return out, recs, asked
 
 
-def diagnose(
+def _entries(
     job_dir: JobDir,
-    *,
-    job_id: str,
-    state: str,
-    reason: str | None,
     world_size: int,
-    backend: str = "local",
-    timeout: float = collect.STACKS_TIMEOUT_S,
-    ask: bool = True,
-) -> dict[str, Any]:
-    """The report of one job (see the module docstring); JSON-serialisable.
-
-    Args:
-        job_dir: the job's directory.
-        job_id, state, reason: the job's id, state and reason as its status says.
-        world_size: the job's ranks.
-        backend: the job's backend; stacks are asked for by signal on ``local`` only
-            (elsewhere the watchdog's dumps in the job directory are read).
-        timeout: seconds to wait for the ranks' stacks.
-        ask: False sends the ranks nothing (no signal, no request file): the report
-            reads only what they wrote by themselves, the watchdog's dumps.
-    """
-    started = time.time()
-    running = state == "running"
-    before = progress.read_progress(job_dir)
-    local = backend == "local"
-    alive = collect.liveness(job_dir, world_size) if local else {}
-    last_step = {r: p.time for r, p in before.items()}
-    dumps, recs, asked_by_request = _rank_stacks(
-        job_dir, world_size, running and ask, local, timeout, last_step
-    )
-    after = progress.read_progress(job_dir) if running else before
-    stall = progress.assess(after, world_size) if running else None
-    advanced = sorted(r for r, p in after.items() if r in before and p.step != before[r].step)
-
+    alive: dict[int, collect.Liveness],
+    after: dict[int, progress.RankProgress],
+    started: float,
+    dumps: dict[int, Dump],
+    recs: dict[int, dict[str, Any] | None],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[int, stacks.Activity]]:
+    """``(ranks, groups, activities)`` of a report: an entry per rank (see the module),
+    the ranks with identical main-thread stacks together, and what each main thread does."""
     ranks: list[dict[str, Any]] = []
     groups: dict[tuple[stacks.Frame, ...], dict[str, Any]] = {}
     acts: dict[int, stacks.Activity] = {}
@@ -238,6 +243,79 @@ def diagnose(
     for entry in ranks:
         entry["line"] = _rank_line(entry, acts.get(entry["rank"]))
 
+    return ranks, ordered, acts
+
+
+def diagnose(
+    job_dir: JobDir,
+    *,
+    job_id: str,
+    state: str,
+    reason: str | None,
+    world_size: int,
+    backend: str = "local",
+    timeout: float = collect.STACKS_TIMEOUT_S,
+    ask: bool = True,
+    on_partial: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """The report of one job (see the module docstring); JSON-serialisable.
+
+    Args:
+        job_dir: the job's directory.
+        job_id, state, reason: the job's id, state and reason as its status says.
+        world_size: the job's ranks.
+        backend: the job's backend; stacks are asked for by signal on ``local`` only
+            (elsewhere the watchdog's dumps in the job directory are read).
+        timeout: seconds to wait for the ranks' stacks.
+        ask: False sends the ranks nothing (no signal, no request file): the report
+            reads only what they wrote by themselves, the watchdog's dumps.
+        on_partial: called with a *partial report* once the ranks are asked and again
+            each time a rank answers, while the others are awaited (from the calling
+            thread): the report's shape, with ``collecting`` true, ``classification``
+            ``collecting``, the ranks that answered so far, ``waiting_for`` (the ranks
+            still awaited) and a ``headline`` such as ``rank 0 answered; waiting for
+            rank 1 (up to 3 s)``. An exception it raises ends the diagnosis.
+    """
+    started = time.time()
+    running = state == "running"
+    before = progress.read_progress(job_dir)
+    local = backend == "local"
+    alive = collect.liveness(job_dir, world_size) if local else {}
+    last_step = {r: p.time for r, p in before.items()}
+
+    def partial(dumps: dict[int, Dump], waiting: list[int]) -> None:
+        if on_partial is None:
+            return
+        ranks, groups, _ = _entries(job_dir, world_size, alive, before, started, dumps, {})
+        on_partial(
+            {
+                "job_id": job_id,
+                "state": state,
+                "classification": "collecting",
+                "headline": collecting_headline(sorted(dumps), waiting, timeout),
+                "collecting": True,
+                "waiting_for": waiting,
+                "stall": None,
+                "world_size": world_size,
+                "answered": len(dumps),
+                "partial": True,
+                "ranks": ranks,
+                "groups": groups,
+                "notes": [],
+                "time": started,
+                "elapsed_s": round(time.time() - started, 3),
+            }
+        )
+
+    dumps, recs, asked_by_request = _rank_stacks(
+        job_dir, world_size, running and ask, local, timeout, last_step, partial
+    )
+    after = progress.read_progress(job_dir) if running else before
+    stall = progress.assess(after, world_size) if running else None
+    advanced = sorted(r for r, p in after.items() if r in before and p.step != before[r].step)
+
+    ranks, ordered, acts = _entries(job_dir, world_size, alive, after, started, dumps, recs)
+
     kind, headline = classify(
         job_id=job_id,
         state=state,
@@ -259,10 +337,18 @@ def diagnose(
             f" (after {hooks.WATCHDOG_FLOOR_S:g} s without an alchemist.log call)"
         )
     elif running and local and silent:
-        notes.append(
-            f"{format_ranks(silent)} did not answer with stacks (starting up, or hooks not"
-            " installed)"
-        )
+        stopped = [r for r in silent if collect.is_stopped(ranks[r]["pid"])]
+        others = [r for r in silent if r not in stopped]
+        if stopped:
+            notes.append(
+                f"{format_ranks(stopped)} did not answer within {timeout:g} s: its process is"
+                " stopped (SIGSTOP, or a debugger; SIGCONT resumes it)"
+            )
+        if others:
+            notes.append(
+                f"{format_ranks(others)} did not answer with stacks within {timeout:g} s"
+                " (starting up, or hooks not installed)"
+            )
     elif running and not local:
         answered = len(asked) - len(silent)
         notes.append(
@@ -285,12 +371,47 @@ def diagnose(
         "world_size": world_size,
         "answered": sum(1 for e in ranks if e["answered"]),
         "partial": bool(running and ask and (silent or (not local and len(asked) < world_size))),
+        "collecting": False,
+        "waiting_for": [],
         "ranks": ranks,
         "groups": ordered,
         "notes": notes,
         "time": started,
         "elapsed_s": round(time.time() - started, 3),
     }
+
+
+def diagnose_job(
+    job: Any,
+    *,
+    timeout: float | None = None,
+    on_partial: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """:func:`diagnose` of a :class:`alchemist.client.Job` (what ``job.diagnose()``
+    returns), with ``on_partial`` called as the ranks answer (the monitor's Diagnose)."""
+    st = job.status()
+    return diagnose(
+        job.job_dir,
+        job_id=job.id,
+        state=st.state.value,
+        reason=st.reason,
+        world_size=job.spec.world_size,
+        backend=job.backend_name,
+        timeout=collect.STACKS_TIMEOUT_S if timeout is None else timeout,
+        on_partial=on_partial,
+    )
+
+
+def collecting_headline(answered: list[int], waiting: list[int], timeout: float) -> str:
+    """``rank 0 answered; waiting for rank 1 (up to 3 s)``: a partial report's headline."""
+    if not answered and not waiting:
+        return "no rank to ask: reading what the ranks wrote by themselves"
+    if not answered:
+        return f"asking {format_ranks(waiting)} for stacks (up to {timeout:g} s)"
+    said = f"{format_ranks(answered)} answered"
+    if not waiting:
+        return said + "; making the report"
+    return said + f"; waiting for {format_ranks(waiting)} (up to {timeout:g} s)"
 
 
 def _rank_line(entry: dict[str, Any], act: stacks.Activity | None) -> str:
@@ -306,6 +427,8 @@ def _rank_line(entry: dict[str, Any], act: stacks.Activity | None) -> str:
             doing = f"in {act.collective}{label} from {_doing(act)}"
         elif act.rendezvous:
             doing = "in init_process_group"
+        elif act.server_wait:
+            doing = f"in {act.server_wait} {_from(act)}"
         else:
             doing = f"in {_doing(act)}"
         parts.append(doing + (" [watchdog]" if entry["stacks_from"] == "watchdog" else ""))
@@ -349,7 +472,10 @@ def classify(
         )
     waiting = {r: a for r, a in acts.items() if a.collective}
     joining = [r for r, a in acts.items() if a.rendezvous]
-    busy = {r: a for r, a in acts.items() if not a.collective and not a.rendezvous}
+    serving = {r: a for r, a in acts.items() if a.server_wait}
+    busy = {
+        r: a for r, a in acts.items() if not a.collective and not a.rendezvous and not a.server_wait
+    }
     finished = [r for r, lv in liveness.items() if lv.state == "finished"]
     absent = [r for r, lv in liveness.items() if lv.state == "not started"]
     unanswered = [
@@ -363,6 +489,8 @@ def classify(
             f"waiting for {format_ranks(late)} to join: {format_ranks(joining)}"
             f" {_s(joining, 'wait')} in init_process_group"
         )
+    if serving and not waiting and (busy or unanswered):
+        return "missing_rank", _server_headline(serving, busy, unanswered)
     if waiting and (busy or finished or unanswered):
         ops = sorted({a.collective for a in waiting.values() if a.collective})
         op = " / ".join(ops)
@@ -392,8 +520,11 @@ def classify(
                 f"{waiters} at the checkpoint barrier (Alchemist's own wait, not a hang)"
                 f" for the others: " + "; ".join(lagging)
             )
+        others = sorted({a.alchemist_wait for a in waiting.values() if a.alchemist_wait})
+        label = f" ({', '.join(others)})" if others else ""
         return "missing_rank", (
-            "; ".join(lagging) + f"; {waiters} in {numbered or op} from {', '.join(wait_where)}"
+            "; ".join(lagging)
+            + f"; {waiters} in {numbered or op}{label} from {', '.join(wait_where)}"
         )
     if waiting and len(waiting) == len(acts):
         kinds = {a.collective or "" for a in waiting.values()}
@@ -416,8 +547,48 @@ def classify(
     if not acts:
         note = f": {stall.note}" if stall else ""
         return "running", f"the job is running; no rank answered with stacks{note}"
-    each = "; ".join(f"rank {r} in {_doing(a)}" for r, a in sorted(busy.items()))
+    each = "; ".join(
+        f"rank {r} in {a.server_wait} {_from(a)}" if a.server_wait else f"rank {r} in {_doing(a)}"
+        for r, a in sorted({**busy, **serving}.items())
+    )
     return "running", f"the job is running; no rank waits in a collective: {each}"
+
+
+def _server_headline(
+    serving: dict[int, stacks.Activity],
+    busy: dict[int, stacks.Activity],
+    unanswered: list[int],
+) -> str:
+    """The headline of ranks waiting on the parameter server (``async``, ``easgd``)
+    while others are busy: the server waits for a worker that has not finished, or a
+    worker waits for a reply from the server (its threads in the server rank: that rank
+    is stopped, or its code holds the GIL)."""
+    ending = {r: a for r, a in serving.items() if "finish" in (a.server_wait or "")}
+    asking = {r: a for r, a in serving.items() if r not in ending}
+    parts = []
+    if ending:
+        lagging = [
+            f"rank {r} has not finished; it is in {_doing(a)}" for r, a in sorted(busy.items())
+        ]
+        if unanswered:
+            lagging.append(f"{format_ranks(unanswered)} gave no stacks")
+        where = ", ".join(sorted({_from(a) for a in ending.values()}))
+        parts.append(
+            "; ".join(lagging)
+            + f"; {format_ranks(sorted(ending))} {_s(list(ending), 'wait')} for the parameter"
+            f" server: every worker must finish ({where})"
+        )
+    if asking:
+        where = ", ".join(sorted({_from(a) for a in asking.values()}))
+        others = "; ".join(f"rank {r} is in {_doing(a)}" for r, a in sorted(busy.items()))
+        parts.append(
+            f"{format_ranks(sorted(asking))} {_s(list(asking), 'wait')} for the parameter"
+            f" server's reply ({where}); it runs in the server rank's threads (rank 0 by"
+            " default), which answer while that rank's code releases the GIL"
+            + (f": {others}" if others else "")
+            + (f"; {format_ranks(unanswered)} gave no stacks" if unanswered else "")
+        )
+    return "; ".join(parts)
 
 
 def _numbered(

@@ -8,8 +8,10 @@ A dump is one block per thread, most recent call first::
 
 From the main thread's frames come the rank's innermost *user* frame (the cell, the
 script, the user's own modules: not the standard library, installed packages or
-Alchemist), the ``torch.distributed`` collective it waits in, if any, and whether that
-wait is Alchemist's own (the checkpoint barrier), which is labelled, not called a hang.
+Alchemist), the collective it waits in, if any (``torch.distributed``'s, or Horovod's as
+``hvd.allreduce``), and whether that wait is Alchemist's own (the checkpoint barrier,
+BMUF's block average), which is labelled, not called a hang; or its wait on the
+parameter server of ``async`` and ``easgd`` (a TCP request, not a collective).
 """
 
 from __future__ import annotations
@@ -64,7 +66,41 @@ RENDEZVOUS = frozenset({"init_process_group", "rendezvous", "_store_based_barrie
 ALCHEMIST_WAITS = {
     ("helpers.py", "save_checkpoint"): "the checkpoint barrier",
     ("helpers.py", "restore"): "restore's broadcast of the checkpoint to load",
+    ("bmuf.py", "block_update"): "BMUF's block average",
+    ("bmuf.py", "finish"): "BMUF's last block average",
 }
+#: Alchemist's waits on the parameter server of ``async`` and ``easgd``
+#: (``alchemist/runtime/algorithms/_ps.py``): a TCP request to rank 0's server threads,
+#: not a ``torch.distributed`` collective. (function → label)
+SERVER_WAITS = {
+    "request": "a request to the parameter server",
+    "wait_finished": "the parameter server's wait for every worker to finish",
+}
+#: Horovod's waits (``horovod/torch/``): the outermost of these functions names the
+#: collective (``hvd.allreduce``); DistributedOptimizer's ``step`` and ``synchronize``
+#: wait for its gradient all-reduces.
+HOROVOD_OPS = frozenset(
+    {
+        "allreduce",
+        "allreduce_",
+        "grouped_allreduce",
+        "grouped_allreduce_",
+        "allgather",
+        "grouped_allgather",
+        "broadcast",
+        "broadcast_",
+        "broadcast_object",
+        "broadcast_parameters",
+        "broadcast_optimizer_state",
+        "allgather_object",
+        "alltoall",
+        "reducescatter",
+        "grouped_reducescatter",
+        "barrier",
+        "join",
+        "synchronize",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -183,6 +219,9 @@ class Activity:
     alchemist_wait: str | None
     #: the innermost frame of all (the user's, a library's, Alchemist's), or None
     top: Frame | None = None
+    #: the label of its wait on the parameter server (``async``, ``easgd``: not a
+    #: collective), or None
+    server_wait: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -191,6 +230,7 @@ class Activity:
             "collective": self.collective,
             "rendezvous": self.rendezvous,
             "alchemist_wait": self.alchemist_wait,
+            "server_wait": self.server_wait,
         }
 
 
@@ -198,11 +238,23 @@ def _in_torch_distributed(file: str) -> bool:
     return "torch/distributed/" in file.replace("\\", "/")
 
 
+def _horovod_op(frame: Frame) -> str | None:
+    """``hvd.allreduce`` for a frame of Horovod's that waits for the other ranks."""
+    path = frame.file.replace("\\", "/")
+    if "/horovod/" not in path or frame.function not in HOROVOD_OPS | {"step"}:
+        return None
+    if path.endswith("/optimizer.py") and frame.function in ("step", "synchronize"):
+        return "hvd.allreduce"  # DistributedOptimizer waits for the gradients' all-reduce
+    return None if frame.function == "step" else f"hvd.{frame.function}"
+
+
 def activity(thread: Thread) -> Activity:
-    """What ``thread`` does: its user frame, and the collective or rendezvous it is in."""
+    """What ``thread`` does: its user frame, and the collective or rendezvous it is in
+    (a ``torch.distributed`` one, Horovod's, or a wait on Alchemist's parameter server)."""
     user = next((f for f in thread.frames if is_user_file(f.file)), None)
     collective = None
     rendezvous = False
+    server = None
     for f in thread.frames:  # most recent first: the last match is the outermost call
         if is_user_file(f.file):
             break
@@ -211,6 +263,10 @@ def activity(thread: Thread) -> Activity:
                 collective = f.function
             elif f.function in RENDEZVOUS:
                 rendezvous = True
+        elif (op := _horovod_op(f)) is not None:
+            collective = op
+        elif Path(f.file).name == "_ps.py" and "/alchemist/" in f.file.replace("\\", "/"):
+            server = SERVER_WAITS.get(f.function, server)
     wait = None
     if collective is not None:
         for f in thread.frames:
@@ -220,7 +276,9 @@ def activity(thread: Thread) -> Activity:
             if label and "/alchemist/" in f.file.replace("\\", "/"):
                 wait = label
     top = thread.frames[0] if thread.frames else None
-    return Activity(user, collective, rendezvous and collective is None, wait, top)
+    if collective is not None:
+        server = None  # the server's start-up broadcast: a collective
+    return Activity(user, collective, rendezvous and collective is None, wait, top, server)
 
 
 def summary(thread: Thread) -> str:
@@ -231,6 +289,8 @@ def summary(thread: Thread) -> str:
         parts.append(act.collective + (f" ({act.alchemist_wait})" if act.alchemist_wait else ""))
     elif act.rendezvous:
         parts.append("init_process_group (waiting for the ranks to join)")
+    elif act.server_wait:
+        parts.append(act.server_wait)
     elif thread.frames and thread.frames[0] is not act.user_frame:
         parts.append(thread.frames[0].short())
     if act.user_frame:

@@ -46,6 +46,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from alchemist.jobdir import JobDir
@@ -53,7 +54,7 @@ from alchemist.metrics.attempts import AttemptTracker
 from alchemist.metrics.reader import MetricsReader
 from alchemist.metrics.reporter import META_KEYS
 from alchemist.spec import JobState, JobStatus
-from alchemist.widgets.diagnosis import diagnosis_html, error_html
+from alchemist.widgets.diagnosis import bundle_link_html, diagnosis_html, error_html
 from alchemist.widgets.downsample import Series
 
 DEFAULT_INTERVAL = 0.15
@@ -551,6 +552,8 @@ class JobMonitor:
         self.tensorboard_url: str | None = None
         #: the last report the Diagnose button (or :meth:`diagnose`) got
         self.diagnosis: dict[str, Any] | None = None
+        #: the last partial report shown while the ranks answered
+        self.partial_diagnosis: dict[str, Any] | None = None
         self._diagnose_thread: threading.Thread | None = None
         self.updates = 0
         self.update()
@@ -650,15 +653,65 @@ class JobMonitor:
 
     def diagnose(self) -> dict[str, Any]:
         """Diagnose the job (``job.diagnose()``: which rank, and where), show the report
-        under the buttons and return it. It waits up to 3 s for the ranks' stacks."""
+        under the buttons and return it. It waits up to 3 s for the ranks' stacks; while
+        they answer, the monitor shows the partial report (``rank 0 answered; waiting for
+        rank 1 (up to 3 s)``), also kept in :attr:`partial_diagnosis`."""
         run = getattr(self.job, "diagnose", None)
         if run is None:
             raise TypeError(f"{type(self.job).__name__} has no diagnose(): cannot diagnose it")
-        report: dict[str, Any] = run()
+        from alchemist import client
+
+        report: dict[str, Any]
+        if isinstance(self.job, client.Job):  # partial reports as the ranks answer
+            from alchemist.diagnosis.report import diagnose_job
+
+            report = diagnose_job(self.job, on_partial=self._show_partial)
+        else:
+            report = run()
         self.diagnosis = report
         if self._widget is not None:
             self._diagnosis.value = diagnosis_html(report)
+            self._bundle_button.layout.display = None if self._job_dir() else "none"
         return report
+
+    def _show_partial(self, partial: dict[str, Any]) -> None:
+        self.partial_diagnosis = partial
+        if self._widget is not None:
+            self._diagnosis.value = diagnosis_html(partial)
+
+    def _job_dir(self) -> JobDir | None:
+        job_dir = getattr(self.job, "job_dir", None)
+        return job_dir if isinstance(job_dir, JobDir) else None
+
+    def save_bundle(self, path: str | Path | None = None) -> Path:
+        """Write the job's debug bundle (``alchemist-<id>-debug.tar.gz``:
+        :mod:`alchemist.diagnosis.bundle`) of the last diagnosis (diagnosing first if
+        there is none) into ``path`` (a folder or a file name; default the current
+        folder, the notebook's in Jupyter), show a download link to it under the
+        diagnosis, and return where it went. The **Save debug bundle** button does this.
+
+        Raises:
+            TypeError: the job has no job directory (nothing to pack).
+            AlchemistError: the file cannot be written.
+        """
+        from alchemist.diagnosis.bundle import save_bundle
+
+        job_dir = self._job_dir()
+        if job_dir is None:
+            raise TypeError(f"{type(self.job).__name__} has no job directory: no debug bundle")
+        report = self.diagnosis if self.diagnosis is not None else self.diagnose()
+        target = save_bundle(job_dir, report, Path.cwd() if path is None else Path(path))
+        if self._widget is not None:
+            self._bundle_link.value = bundle_link_html(target, target.read_bytes())
+        return target
+
+    def _on_save_bundle(self) -> None:
+        try:
+            self.save_bundle()
+        except Exception as e:  # shown, not raised into the frontend's void
+            self._bundle_link.value = (
+                f"<span style='color:#d62728'>{html.escape(str(e) or type(e).__name__)}</span>"
+            )
 
     def _on_diagnose(self) -> None:
         """The Diagnose button: :meth:`diagnose` on a thread, like the background
@@ -668,6 +721,8 @@ class JobMonitor:
             return
         self._diagnose_button.disabled = True
         self._diagnosis.value = "<i>diagnosing…</i>"
+        self._bundle_button.layout.display = "none"  # until this diagnosis is shown
+        self._bundle_link.value = ""
 
         def run() -> None:
             try:
@@ -729,6 +784,15 @@ class JobMonitor:
         )
         self._diagnose_button.on_click(lambda _b: self._on_diagnose())
         self._diagnosis = w.HTML("")
+        self._bundle_button = w.Button(
+            description="Save debug bundle",
+            icon="download",
+            tooltip="the stacks, flight recorders, log tails and spec of this diagnosis in"
+            " one .tar.gz, written into the notebook's folder",
+            layout=w.Layout(display="none", width="auto"),
+        )
+        self._bundle_button.on_click(lambda _b: self._on_save_bundle())
+        self._bundle_link = w.HTML("")
         self._rank_select = w.SelectMultiple(
             options=[(f"rank {r}", r) for r in range(d.world_size)],
             value=tuple(r for r in self.ranks if r < d.world_size),
@@ -756,6 +820,7 @@ class JobMonitor:
                 self._header,
                 controls,
                 self._diagnosis,
+                w.HBox([self._bundle_button, self._bundle_link]),
                 self._rank_select,
                 self._charts,
                 w.HTML("<b>progress</b>"),

@@ -361,6 +361,14 @@ def test_cancel_a_long_job_from_its_view(page: Any, lab: Lab) -> None:
     expect(ranks).to_have_count(2)
     texts = ranks.all_inner_texts()
     assert re.match(r"rank 0\s+running", texts[0]) and texts[1].startswith("rank 1"), texts
+    # next to it, the debug bundle as a download (the browser's login cookie goes with it)
+    link = view.locator("a.jp-Alchemist-diagnosisBundle")
+    expect(link).to_have_attribute("download", re.compile(r"^alchemist-\w+-debug\.tar\.gz$"))
+    href = link.evaluate("a => a.href")
+    named = re.fullmatch(r"alchemist-(\w+)-debug\.tar\.gz", link.get_attribute("download") or "")
+    assert named and href.endswith(f"/alchemist/api/v1/jobs/{named[1]}/diagnosis/bundle"), href
+    bundle = page.request.get(href)
+    assert bundle.ok and bundle.body()[:2] == b"\x1f\x8b", (bundle.status, bundle.text()[:200])
     expect(view.locator(".jp-Alchemist-stalled")).to_have_text("")
     view.get_by_role("button", name="Cancel").click()
     view.locator(".jp-Alchemist-jobHeader .jp-Alchemist-state", has_text="cancelled").wait_for()

@@ -1,6 +1,7 @@
 """Helpers of the diagnosis tests of real jobs (the ``submit`` fixture that starts them is
-in ``tests/conftest.py``): the missing-rank cell, polling with a deadline, reading a
-rank's log, and diagnosing until a report says a given class."""
+in ``tests/conftest.py``): the missing-rank cell, the cell whose rank 1 stops itself,
+polling with a deadline, reading a rank's log, and diagnosing until a report says a
+given class."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from alchemist import client
+from alchemist.backends.local.procs import read_pid
+from alchemist.diagnosis import collect
 
 MISSING = """
 import time, torch, torch.distributed as dist, alchemist
@@ -58,3 +61,26 @@ def diagnose_until(job: client.Job, kind: str, timeout: float = 10.0) -> dict[st
         return wait_for(attempt, timeout, kind)  # type: ignore[no-any-return]
     except AssertionError:
         raise AssertionError(f"no {kind}; last report: {json.dumps(reports[-1])[:3000]}")
+
+
+STOPPED = """
+import os, signal, torch, torch.distributed as dist
+rank = dist.get_rank()
+print(f"rank {rank} ready", flush=True)
+if rank == 1:
+    os.kill(os.getpid(), signal.SIGSTOP)
+dist.all_reduce(torch.ones(1))
+"""
+
+
+def stopped_job(submit: Callable[..., client.Job]) -> client.Job:
+    """The job of :data:`STOPPED` (``submit``: the fixture), once rank 1 is stopped: a
+    stopped process runs no signal handler and no thread, so it answers never."""
+    job = submit(STOPPED)
+    wait_for(
+        lambda: logged(job, 0, "rank 0 ready") and logged(job, 1, "rank 1 ready"), 120, "ready"
+    )
+    wait_for(
+        lambda: collect.is_stopped(read_pid(job.job_dir.pids / "rank-1.pid")), 30, "rank 1 stopped"
+    )
+    return job

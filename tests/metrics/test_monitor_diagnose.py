@@ -14,7 +14,13 @@ Waits poll for a condition with a deadline; every job is cancelled at the end.
 
 from __future__ import annotations
 
+import base64
+import io
+import json
+import re
+import tarfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +30,7 @@ from alchemist import client
 from alchemist.diagnosis import progress
 from alchemist.spec import JobState
 from alchemist.widgets.diagnosis import diagnosis_html
-from tests.diagnosis.helpers import MISSING, line_of, logged, wait_for
+from tests.diagnosis.helpers import MISSING, line_of, logged, stopped_job, wait_for
 from tests.metrics.conftest import OUTPUT, POINTS_JS, open_and_run, wait_for_monitor
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
@@ -115,6 +121,60 @@ def test_diagnose_button_and_stall_note_name_the_missing_rank_and_its_frame(
     assert m._diagnose_button.disabled, "a job that ended has nothing to diagnose"
 
 
+def test_diagnose_shows_who_answered_while_waiting_then_saves_the_bundle(
+    ip: Any,
+    submit: Callable[..., client.Job],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rank 1 stopped itself (SIGSTOP: it answers never): while the Diagnose thread
+    waits its 3 s for rank 1 the monitor shows who answered and who is awaited; then the
+    report says rank 1 did not answer, and Save debug bundle writes the bundle into the
+    current folder (the notebook's) and links to it."""
+    job = stopped_job(submit)
+    ip.user_ns["job"] = job
+    with capture_output():
+        ip.run_cell(
+            "from alchemist.widgets import JobMonitor\n"
+            "m = JobMonitor(job, interval=0.1)\n"
+            "m.display(live=False)"
+        ).raise_error()
+    m = ip.user_ns["m"]
+    assert m._bundle_button.layout.display == "none", "no bundle before a diagnosis"
+    m._diagnose_button.click()
+    thread = m._diagnose_thread
+    assert thread is not None
+    waiting = "rank 0 answered; waiting for rank 1 (up to 3 s)"
+    shown = wait_for(lambda: waiting in m._diagnosis.value and m._diagnosis.value, 10, waiting)
+    assert thread.is_alive(), "the partial report is shown while the ranks are asked"
+    assert 'class="alchemist-diagnosis-collecting"' in shown
+    assert 'data-rank="0"' in shown and 'data-rank="1"' not in shown  # who answered
+    thread.join(15)
+    assert not thread.is_alive()
+    final = m._diagnosis.value
+    assert waiting not in final and m.diagnosis is not None
+    assert "rank 1 did not answer within 3 s: its process is stopped" in final
+    assert f"<code>alchemist diagnose {job.id} --bundle PATH</code>" in final
+    assert f"<code>%alchemist_diagnose {job.id} --bundle PATH</code>" in final
+    assert m.partial_diagnosis is not None and m.partial_diagnosis["waiting_for"] == [1]
+
+    # Save debug bundle: into the current folder, with a link that carries the file.
+    monkeypatch.chdir(tmp_path)
+    assert m._bundle_button.layout.display != "none"
+    m._bundle_button.click()
+    name = f"alchemist-{job.id}-debug.tar.gz"
+    saved = tmp_path / name
+    link = m._bundle_link.value
+    assert saved.is_file(), link
+    assert f'download="{name}"' in link and str(saved) in link
+    data = base64.b64decode(link.split("data:application/gzip;base64,")[1].split('"')[0])
+    assert data == saved.read_bytes()
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        member = tar.extractfile(f"alchemist-{job.id}-debug/report.json")
+        assert member is not None
+        assert json.loads(member.read())["headline"] == m.diagnosis["headline"]
+
+
 def test_diagnose_of_a_job_without_diagnosis_says_so_in_one_line(writer_job: Any) -> None:
     """The writer stand-in has no ``diagnose()``: the button shows one clear line."""
     from alchemist.widgets import JobMonitor
@@ -179,6 +239,16 @@ def test_diagnose_button_in_jupyterlab_shows_the_headline(
     ranks = monitor.locator(".alchemist-diagnosis-rank")
     ranks.nth(1).wait_for()
     assert [t.split()[:2] for t in ranks.all_inner_texts()] == [["rank", "0"], ["rank", "1"]]
+    # Save debug bundle: written into the notebook's folder; its link downloads it.
+    monitor.get_by_role("button", name="Save debug bundle").click()
+    link = monitor.locator(".alchemist-bundle a[download]")
+    link.wait_for(timeout=30_000)
+    name = link.get_attribute("download") or ""
+    assert re.fullmatch(r"alchemist-\w+-debug\.tar\.gz", name), name
+    with page.expect_download() as info:
+        link.click()
+    saved = Path(info.value.path())
+    assert saved.read_bytes()[:2] == b"\x1f\x8b", "not a gzip file"
     OUTPUT.mkdir(exist_ok=True)
     page.screenshot(path=str(OUTPUT / "monitor-diagnosed.png"), full_page=True)
     monitor.get_by_role("button", name="Cancel").click()

@@ -144,6 +144,16 @@ export const api = {
   diagnosis(id: string): Promise<IDiagnosis> {
     return requestAPI(`jobs/${encodeURIComponent(id)}/diagnosis`);
   },
+  /**
+   * The URL of the job's debug bundle (`GET jobs/<id>/diagnosis/bundle`, a `.tar.gz`
+   * made when it is fetched), for a download link: the browser sends the server's
+   * login cookie with it.
+   */
+  diagnosisBundleUrl(id: string): string {
+    const settings = ServerConnection.makeSettings();
+    const path = `jobs/${encodeURIComponent(id)}/diagnosis/bundle`;
+    return URLExt.join(settings.baseUrl, API_ROOT, path);
+  },
   pool(): Promise<IPoolStatus> {
     return requestAPI('pool');
   },

@@ -639,7 +639,17 @@ export class JobView extends Widget {
           'p',
           { class: 'jp-Alchemist-diagnosisHeadline', 'data-classification': view.classification },
           h('strong', {}, view.headline),
-          ` (${view.classification})`
+          ` (${view.classification}) `,
+          h(
+            'a',
+            {
+              class: 'jp-Alchemist-diagnosisBundle',
+              href: api.diagnosisBundleUrl(this.jobId),
+              download: `alchemist-${this.jobId}-debug.tar.gz`,
+              title: 'Stacks, flight recorders, log tails and the spec in one .tar.gz'
+            },
+            'Download debug bundle'
+          )
         ),
         h(
           'ul',

@@ -203,9 +203,7 @@ class JobSpec:
         if not isinstance(self.no_warm, bool):
             raise SpecError(f"no_warm must be true or false, got {self.no_warm!r}")
         if self.entry not in ("cell", "script", "function", "session"):
-            raise SpecError(
-                f"entry must be cell, script, function or session, got {self.entry!r}"
-            )
+            raise SpecError(f"entry must be cell, script, function or session, got {self.entry!r}")
         return self
 
     def to_dict(self) -> dict[str, Any]:

@@ -264,23 +264,19 @@ class Job:
             return None
         return stall.note if stall is not None and stall.stalled else None
 
-    def diagnose(self, timeout: float | None = None) -> dict[str, Any]:
+    def diagnose(
+        self,
+        timeout: float | None = None,
+        on_partial: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
         """Which rank, and where: the diagnosis report (:mod:`alchemist.diagnosis.report`),
         a JSON-serialisable dict with a one-sentence ``headline``. It reads the ranks'
         progress, asks each rank for its stacks (waiting ``timeout`` seconds at most;
-        default 3) and never changes the job's state."""
-        from alchemist.diagnosis import collect, report
+        default 3), calls ``on_partial`` with a partial report as they answer, and never
+        changes the job's state."""
+        from alchemist.diagnosis import report
 
-        st = self.status()
-        return report.diagnose(
-            self.job_dir,
-            job_id=self.id,
-            state=st.state.value,
-            reason=st.reason,
-            world_size=self.spec.world_size,
-            backend=self.backend_name,
-            timeout=collect.STACKS_TIMEOUT_S if timeout is None else timeout,
-        )
+        return report.diagnose_job(self, timeout=timeout, on_partial=on_partial)
 
 
 def _default_namespace() -> dict[str, Any]:

@@ -31,7 +31,7 @@ from alchemist.diagnosis import progress
 from alchemist.spec import JobState
 from alchemist.widgets.diagnosis import diagnosis_html
 from tests.diagnosis.helpers import MISSING, line_of, logged, stopped_job, wait_for
-from tests.metrics.conftest import OUTPUT, POINTS_JS, open_and_run, wait_for_monitor
+from tests.metrics.lab_helpers import OUTPUT, POINTS_JS, open_and_run, wait_for_monitor
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 

@@ -125,7 +125,7 @@ def exit_codes(job_dir: JobDir) -> dict[int, int]:
         return {}
 
 
-def _how(code: int) -> str:
+def how_ended(code: int) -> str:
     if code < 0:
         try:
             name = signal.Signals(-code).name
@@ -164,7 +164,7 @@ def died_first(
     )
     rank = killed[0] if killed else missing[0]
     if rank in codes:
-        return f"rank {rank} {_how(codes[rank])}"
+        return f"rank {rank} {how_ended(codes[rank])}"
     return f"rank {rank} died before its code finished (no exit status recorded)"
 
 

@@ -104,32 +104,43 @@ def local_launcher_args(spec: JobSpec, nproc_per_node: int) -> list[str]:
 _STORE: Any = None  # the loopback store server; lives as long as this launcher
 
 
-def loopback_store(port: int = 0) -> tuple[Any, int]:
-    """A TCPStore server listening on :data:`LOOPBACK` only, and its port (``port=0``: a
-    free one, bound before the store starts, so no other process can take it between).
+def loopback_socket(port: int = 0) -> socket.socket:
+    """A TCP socket listening on :data:`LOOPBACK` (``port=0``: a free port, bound at
+    once, so no other process can take it before the store starts on it)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((LOOPBACK, port))
+    sock.listen(128)
+    return sock
+
+
+def store_on(sock: socket.socket) -> Any:
+    """A TCPStore server on the listening socket ``sock`` (which it then owns).
 
     torch's TCPStore server listens on every interface (``::``) whatever host it is
     given; a listening socket handed over with ``master_listen_fd`` is its one way to
-    listen elsewhere. Used by the loopback launcher and by the warm pool's daemon.
+    listen elsewhere. Used by the loopback launcher, the warm pool's daemon and the
+    interactive session's supervisor (which binds the socket before importing torch).
     """
     from datetime import timedelta
 
     import torch.distributed as dist
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind((LOOPBACK, port))
-    sock.listen(128)
-    port = int(sock.getsockname()[1])
-    store = dist.TCPStore(
+    return dist.TCPStore(
         LOOPBACK,
-        port,
+        int(sock.getsockname()[1]),
         is_master=True,
         multi_tenant=True,
         wait_for_workers=False,
         timeout=timedelta(minutes=30),
         master_listen_fd=sock.detach(),  # the store server owns the socket from here
     )
-    return store, port
+
+
+def loopback_store(port: int = 0) -> tuple[Any, int]:
+    """A TCPStore server listening on :data:`LOOPBACK` only, and its port."""
+    sock = loopback_socket(port)
+    port = int(sock.getsockname()[1])
+    return store_on(sock), port
 
 
 def loopback_torchrun(argv: list[str]) -> None:

@@ -87,7 +87,7 @@ def liveness(job_dir: JobDir, world_size: int) -> dict[int, Liveness]:
             out[rank] = Liveness(rank, "not started", None)
         else:
             code = codes.get(rank)
-            why = outcomes._how(code) if code is not None else "its process is gone"
+            why = outcomes.how_ended(code) if code is not None else "its process is gone"
             out[rank] = Liveness(rank, "dead", pid, why)
     return out
 

@@ -291,10 +291,25 @@ def test_a_job_that_sets_an_import_time_variable_runs_cold(run: Run) -> None:
     assert "the job sets OPENBLAS_NUM_THREADS" in job.job_dir.launcher_log.read_text()
 
 
-def test_keepalive_expiry_ends_the_daemon(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_keepalive_expiry_ends_the_daemon(
+    run: Run, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv(state.KEEPALIVE_VAR, "0.05")  # 3 s
-    run(PIDS)
+    release = tmp_path / "release"
+    cell = (
+        "import os, time, pathlib\n"
+        "print('up', flush=True)\n"
+        "while not pathlib.Path(os.environ['RELEASE']).exists():\n"
+        "    time.sleep(0.05)\n"
+    )
+    job = client.submit(cell, namespace={}, workers=2, env={"RELEASE": str(release)})
+    deadline = time.monotonic() + 120
+    while job.logs().count("up") < 2:  # the pool serves it: no idle time runs out now
+        assert time.monotonic() < deadline, job.logs()
+        time.sleep(0.05)
     daemon = psutil.Process(pool().pid)
+    release.touch()
+    assert job.wait(timeout=60).state == JobState.SUCCEEDED
     daemon.wait(timeout=60)  # ends by itself, once idle for 3 s
     assert state.read_info(state.pool_dir()) is None
     assert not state.socket_path(state.pool_dir()).exists()

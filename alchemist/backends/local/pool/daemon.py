@@ -125,7 +125,7 @@ class Daemon:
         assert self.zygote.stdout is not None
         self.sel.register(self.zygote.stdout, selectors.EVENT_READ, ("zygote", None))
         self.info.status = "ready"
-        self.info.ready = time.time()
+        self.info.ready = self.info.idle_since = time.time()  # idle from now, not from start
         self.publish()
 
     # -- loop --------------------------------------------------------------------------

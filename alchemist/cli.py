@@ -58,6 +58,10 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("action", nargs="?", default="status", choices=["status", "stop"])
     pl.add_argument("--json", action="store_true", help="print the status as JSON")
 
+    from alchemist.interactive import commands as session_commands
+
+    session_commands.add_parser(sub)
+
     lg = sub.add_parser("logs", help="print a job's logs")
     lg.add_argument("job_id")
     lg.add_argument("--rank", type=int, default=None)
@@ -134,6 +138,10 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "pool":
         return _pool(args)
+    if args.command == "session":
+        from alchemist.interactive import commands as session_commands
+
+        return session_commands.run(args)
     job = client.attach(args.job_id)
     if args.command == "status":
         print(json.dumps(job.to_dict(), indent=2))

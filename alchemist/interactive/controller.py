@@ -22,6 +22,12 @@ def controller_argv(sd: SessionDir) -> list[str]:
         "--ip=127.0.0.1",
         # Schedulers as threads, not seven more processes on a small machine.
         "--IPController.use_threads=True",
+        # An engine joins at the hub's first heartbeat after it registers: at ipyparallel's
+        # default period (3 s) that is most of a session's start. Beating every 0.5 s
+        # with 60 misses allowed keeps the default 30 s before an engine is dropped (the
+        # supervisor, not the heartbeat, notices dead engines).
+        "--HeartMonitor.period=500",
+        "--HeartMonitor.max_heartmonitor_misses=60",
         "--log-level=WARN",
     ]
 

@@ -15,9 +15,11 @@ streams it from there (:mod:`alchemist.interactive.output`).
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +81,30 @@ def teardown(job_dir: JobDir, rank: int) -> None:
     hooks.stop(job_dir, rank)
 
 
+def wait_for_connection_file(sd: SessionDir, timeout: float) -> None:
+    """Wait until the controller's engine connection file exists and reads as JSON (the
+    controller writes it in place, so a reader can see half of it).
+
+    The engines start beside the controller, not after it: each imports torch and joins
+    the process group while the controller starts, which takes a second off a session's
+    start.
+
+    Raises:
+        RuntimeError: no complete file within ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            json.loads(sd.engine_file.read_text())
+            return
+        except (OSError, ValueError):
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the session's controller wrote no connection file within {timeout:g} s"
+                ) from None
+            time.sleep(0.02)
+
+
 def engine_argv(sd: SessionDir, rank: int) -> list[str]:
     return [
         f"--IPEngine.url_file={sd.engine_file}",
@@ -92,6 +118,8 @@ def engine_argv(sd: SessionDir, rank: int) -> list[str]:
 def main(argv: list[str]) -> None:
     job_dir = JobDir(Path(argv[0]))
     rank = setup_rank(job_dir)
+    sd = SessionDir(job_dir)
+    wait_for_connection_file(sd, float(json.loads(sd.config.read_text())["start_timeout"]))
     from ipyparallel.engine.app import IPEngine
 
     class SessionEngine(IPEngine):
@@ -102,12 +130,13 @@ def main(argv: list[str]) -> None:
                 hook: Any = self.display_hook_factory(self.session, iopub_socket)
                 hook.topic = f"engine.{self.id}.execute_result".encode("ascii")
                 sys.displayhook = hook
+            self.kernel.shell.displayhook.topic = f"engine.{self.id}.execute_result".encode("ascii")
 
         def restore_output(self) -> None:
             pass
 
     try:
-        SessionEngine.launch_instance(argv=engine_argv(SessionDir(job_dir), rank))
+        SessionEngine.launch_instance(argv=engine_argv(sd, rank))
     except RuntimeError as e:
         # SIGTERM (the session stops) ends the engine's loop under its registration.
         if "Event loop stopped" not in str(e):

@@ -4,6 +4,10 @@ Each engine's output goes to its ``logs/rank-<r>.log`` (C-level and subprocess o
 too). A cell's output is what each log gained since the cell was sent: a
 :class:`RankStreams` remembers each log's size at that moment and hands out the new
 complete lines, in order per rank, until the cell ends (then the last partial line too).
+
+What a rank displays (``display()``) and its last expression's value come over
+ipyparallel's iopub channel instead, as mime bundles: :func:`show_values` prints their
+text with the rank prefix, or, in a notebook, displays HTML and images as they are.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable
-from typing import TextIO
+from typing import Any, TextIO
 
 from alchemist.jobdir import JobDir
 
@@ -59,3 +63,39 @@ def show(lines: list[tuple[int, str]], prefix: bool = True, file: TextIO | None 
         out.write((f"[rank {r}] " if prefix else "") + line + "\n")
     if lines:
         out.flush()
+
+
+def _notebook() -> bool:
+    """Whether a Jupyter kernel runs this (a frontend that renders HTML and images)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython comes with ipyparallel
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def show_values(
+    rank: int,
+    displays: list[dict[str, Any]],
+    result: dict[str, Any] | None,
+    file: TextIO | None = None,
+) -> None:
+    """Show rank ``rank``'s displayed outputs and its last expression's value (``result``,
+    an ``execute_result`` content): as ``[rank r]`` text lines (the value's first line
+    after ``Out:``), or, in a notebook, a bundle richer than text displayed as it is
+    after a ``[rank r]`` line."""
+    out = file or sys.stdout
+    bundles = [(d.get("data") or {}, d.get("metadata") or {}, "") for d in displays]
+    if result and result.get("data"):
+        bundles.append((result["data"], result.get("metadata") or {}, "Out: "))
+    for data, metadata, label in bundles:
+        if file is None and _notebook() and set(data) - {"text/plain"}:
+            from IPython.display import display
+
+            out.write(f"[rank {rank}] {label or 'display:'}\n")
+            out.flush()
+            display(data, raw=True, metadata=metadata)
+            continue
+        text = str(data.get("text/plain", "")).splitlines() or [""]
+        show([(rank, label + text[0]), *((rank, line) for line in text[1:])], file=out)

@@ -47,6 +47,8 @@ DEFAULT_COLLECTIVE_TIMEOUT_S = 120.0
 DEFAULT_START_TIMEOUT_S = 120.0
 #: Seconds an interrupted cell's ranks get to stop before those still busy are named.
 INTERRUPT_GRACE_S = 5.0
+#: Seconds a finished cell waits for the ranks' displayed values to arrive.
+VALUES_WAIT_S = 2.0
 #: Seconds the health check's barrier waits for every rank.
 HEALTH_BARRIER_S = 10.0
 #: Seconds between the warning and the stop of an idle session (at most; see start()).
@@ -381,7 +383,9 @@ class Session:
         """Run ``code`` on the target ranks (default: all), state kept between cells.
 
         Output is printed with a ``[rank r]`` prefix, as it comes (``stream``) or rank
-        after rank at the end. A last expression's value is not shown: print it.
+        after rank at the end. Then, rank after rank, what each displayed (``display()``)
+        and its last expression's value (``[rank r] Out: ...``; HTML and images are
+        displayed in a notebook).
 
         Raises:
             SessionError: no usable session, or unknown targets (nothing ran).
@@ -406,7 +410,8 @@ class Session:
                 held.extend(lines)
 
         self._activity(busy=True)
-        ar = self._client[ranks].execute(code, block=False)
+        # silent=False: the engines publish the last expression's value (execute_result).
+        ar = self._client[ranks].execute(code, silent=False, block=False)
         try:
             try:
                 while not ar.ready():
@@ -432,6 +437,8 @@ class Session:
         finally:
             self._activity(busy=False)
         per_rank, failed = self._outcomes(ar, ranks)
+        if not failed:
+            self._show_values(ar)
         if failed:
             self._suspect = True
             self._record(n, code, ranks, "failed", per_rank, cell_id)
@@ -463,6 +470,19 @@ class Session:
                 cell_id=cell_id,
             ),
         )
+
+    def _show_values(self, ar: Any) -> None:
+        """Show what the ranks displayed (``display()``) and their last expression's value.
+
+        Both travel on ipyparallel's iopub channel, which can trail the cell's reply by a
+        moment: wait for it a little (:data:`VALUES_WAIT_S`), then show what came.
+        """
+        ar.wait_for_output(VALUES_WAIT_S)
+        metadata = ar.metadata if isinstance(ar.metadata, list) else [ar.metadata]
+        for md in sorted(metadata, key=lambda m: int(m["engine_id"])):
+            output.show_values(
+                int(md["engine_id"]), md.get("outputs") or [], md.get("execute_result")
+            )
 
     def _outcomes(self, ar: Any, ranks: list[int]) -> tuple[dict[str, str], list[int]]:
         """Per rank: ``ok`` or the error's line; the ranks that failed."""
@@ -573,7 +593,8 @@ class Session:
             busy = self._busy_ranks(self._pending)
             raise SessionError(
                 f"rank{'s' if len(busy) > 1 else ''} {', '.join(map(str, busy)) or '?'} still"
-                " run the interrupted cell (waiting in a collective?): it stops at the"
+                f" run{'' if len(busy) > 1 else 's'} the interrupted cell (waiting in a"
+                " collective?): it stops at the"
                 f" collective timeout ({self.config['collective_timeout']:g} s); wait, or"
                 " %alchemist_session restart"
             )

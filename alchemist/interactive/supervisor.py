@@ -9,7 +9,9 @@ the job's ``state.json``. It
    alchemist.interactive.controller JOB_DIR``), whose connection files land 0600 in the
    session's 0700 ``session/ipython/security/``,
 3. starts one engine per rank (``python -m alchemist.interactive.engine JOB_DIR RANK``)
-   with the rank's environment, and marks the job ``running``,
+   with the rank's environment at the same time (an engine sets itself up, then waits
+   for the controller's connection file), and marks the job ``running`` once the
+   controller wrote it,
 4. watches them: a rank that dies stops the others and fails the session with the
    reason ("rank 1 was killed by signal 9 (SIGKILL) (out of memory?)"), as torchrun
    stops a batch job's group; a stop request (``session/stop-requested``) ends it as
@@ -32,7 +34,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from alchemist.backends.launch import LOOPBACK
+from alchemist import outcomes
+from alchemist.backends.launch import LOOPBACK, loopback_socket, store_on
 from alchemist.backends.local.procs import CANCEL_MARKER, job_processes, terminate
 from alchemist.interactive.layout import SessionDir
 from alchemist.jobdir import JobDir
@@ -46,12 +49,7 @@ STOP_GRACE_S = 3.0
 def died(rank: int, code: int) -> str:
     """One line saying how rank ``rank``'s engine ended (``code`` as Popen reports it)."""
     if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        hint = " (out of memory?)" if -code == signal.SIGKILL else ""
-        return f"rank {rank} was killed by signal {-code} ({name}){hint}"
+        return f"rank {rank} {outcomes.how_ended(code)}"  # as a batch job's reason says it
     return f"rank {rank} exited with status {code}"
 
 
@@ -183,8 +181,6 @@ def _run(
     procs: dict[str, subprocess.Popen[bytes]],
     signalled: list[int],
 ) -> dict[str, Any]:
-    from alchemist.backends.launch import loopback_store
-
     cwd = cfg.get("cwd") or str(job_dir.root)
     base_env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     procs["controller"] = _spawn(
@@ -193,8 +189,21 @@ def _run(
         base_env,
         cwd,
     )
+    # The engines start now, beside the controller: each sets itself up (torch, the
+    # process group) while the controller starts, then waits for its connection file.
+    # The store's socket listens before they start, so they may dial it while this
+    # process is still importing torch to serve it.
+    sock = loopback_socket()
+    port = int(sock.getsockname()[1])
+    for rank in range(int(cfg["world_size"])):
+        procs[f"rank-{rank}"] = _spawn(
+            ["-m", "alchemist.interactive.engine", str(job_dir.root), str(rank)],
+            job_dir.rank_log(rank),
+            rank_env(cfg, job_dir, rank, port),
+            cwd,
+        )
     # The store lives as long as this process: the ranks' process group meets on it.
-    store, port = loopback_store()
+    store = store_on(sock)
     deadline = time.time() + float(cfg["start_timeout"])
     while not sd.engine_file.exists():
         _check(job_dir, sd, procs, signalled)
@@ -205,13 +214,6 @@ def _run(
                 " (--start-timeout); see logs/launcher.log",
             )
         time.sleep(0.05)
-    for rank in range(int(cfg["world_size"])):
-        procs[f"rank-{rank}"] = _spawn(
-            ["-m", "alchemist.interactive.engine", str(job_dir.root), str(rank)],
-            job_dir.rank_log(rank),
-            rank_env(cfg, job_dir, rank, port),
-            cwd,
-        )
     job_dir.write_state(
         state="running", reason=None, started=time.time(), supervisor_pid=os.getpid()
     )

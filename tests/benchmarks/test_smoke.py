@@ -38,6 +38,7 @@ def test_every_benchmark_has_a_smoke_test() -> None:
         "reliability.py",
         "queue_makespan.py",
         "diagnose.py",
+        "interactive.py",
     }
     assert {p.name for p in BENCHMARKS.glob("*.py")} == tested
 
@@ -97,3 +98,10 @@ def test_diagnose_smoke_times_both_paths_and_the_hooks() -> None:
     failed = next(ln for ln in out.splitlines() if ln.startswith("failed runs: "))
     assert "diagnose local (signal + request) 0" in failed, out
     assert "diagnose request file only (kubernetes) 0" in failed, out
+
+
+def test_interactive_smoke_runs_both_arms() -> None:
+    out = _smoke("interactive.py")
+    assert "failed runs: session 0 of 1, batch 0 of 1" in out, out
+    assert re.search(r"round trip \(one small all_reduce\), 5 cells: p50 [0-9.]+ ms, p95", out), out
+    assert re.search(r"ratio session / batch first result: [0-9.]+ \(target <= 1.5\)", out), out

@@ -35,6 +35,15 @@ def test_ranks_state_collectives_output_and_listing(started: Any, capsys: Any) -
     # engine id = rank: each engine's RANK is its id, and torch agrees
     s.run("import os, torch.distributed as dist\nr = (int(os.environ['RANK']), dist.get_rank())")
     assert s.pull("r", rank=0) == (0, 0) and s.pull("r", rank=1) == (1, 1)
+    capsys.readouterr()
+    # what a rank displays, then its last expression's value, rank after rank
+    s.run("from IPython.display import display\ndisplay('shown')\nr[0] * 10")
+    assert capsys.readouterr().out.splitlines() == [
+        "[rank 0] 'shown'",
+        "[rank 0] Out: 0",
+        "[rank 1] 'shown'",
+        "[rank 1] Out: 10",
+    ]
     s.run(ALL_REDUCE)
     out = capsys.readouterr().out
     assert "[rank 0] rank=0 sum=3" in out and "[rank 1] rank=1 sum=3" in out  # 1 + 2

@@ -6,6 +6,9 @@
 - ``spec.json`` and ``state.json``: the job as submitted (its ``--env`` values too: look
   before you share) and as the launcher last saw it;
 - ``source.py``: the cell or script the ranks ran (the report's line numbers are its);
+- ``stacks/rank-<r>.txt``: the stacks the report read of rank ``r`` (every thread when
+  it answered on its socket or the request file; the main thread's from a signal; the
+  watchdog's last dump), in faulthandler's format;
 - ``debug/``: every rank's ``stacks-rank-<r>.txt`` (signal dumps),
   ``watchdog-rank-<r>.txt`` (the watchdog's) and ``recorder-rank-<r>.json`` (the flight
   recorder a rank wrote when its code failed, :func:`alchemist.diagnosis.recorder.
@@ -100,6 +103,32 @@ def _members(job_dir: JobDir) -> list[tuple[str, Path, str]]:
     return [(name, path, how) for name, path, how in out if path.is_file()]
 
 
+def report_stacks(entry: dict[str, Any]) -> str | None:
+    """The stacks of one rank of a report (an entry of ``report["ranks"]``) as text, in
+    faulthandler's format under a line saying where they came from; None: no stacks."""
+    threads = entry.get("threads") or []
+    if not threads:
+        return None
+    when = entry.get("stacks_time")
+    said = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when)) if when else "?"
+    main = next((t["id"] for t in threads if t.get("main")), None)
+    lines = [
+        f"Rank {entry['rank']}: stacks from {entry.get('stacks_from')} at {said}"
+        + (f"; main thread {main}" if main else "")
+    ]
+    for thread in threads:
+        if thread.get("id"):
+            lines.append(f"Thread {thread['id']} (most recent call first):")
+        else:
+            lines.append("Stack (most recent call first):")
+        lines.extend(
+            f'  File "{f["file"]}", line {f["line"]} in {f["function"]}'
+            for f in thread.get("frames", [])
+        )
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
 def _add(tar: tarfile.TarFile, name: str, data: bytes, when: float) -> None:
     info = tarfile.TarInfo(name)
     info.size = len(data)
@@ -137,6 +166,12 @@ def write_bundle(
         ("report.json", json.dumps(report, indent=2).encode(), now)
     ]
     contents.append({"name": "report.json", "from": "the diagnosis", "cut": False})
+    for ranked in report.get("ranks", []):
+        text = report_stacks(ranked)
+        if text is not None:
+            name = f"stacks/rank-{ranked['rank']}.txt"
+            packed.append((name, text.encode(), ranked.get("stacks_time") or now))
+            contents.append({"name": name, "from": "the diagnosis", "cut": False})
     for name, path, how in _members(job_dir):
         found = _tail_lines(path, log_lines) if how == "tail" else _read_tail(path)
         if found is None:

@@ -1,6 +1,8 @@
 """Asking a local job's ranks for their stacks, and what became of each rank.
 
-The rank processes are found as the local backend finds them
+A local job's ranks are asked on their unix sockets first (:func:`socket_answers`:
+every thread's stack and the flight recorder, in milliseconds); a rank that gives no
+answer there (no socket, its code holds the GIL) is signalled. The rank processes are found as the local backend finds them
 (:func:`alchemist.backends.local.procs.job_processes`) and each is sent ``SIGUSR1``
 directly (torchrun stops the workers on any signal it handles, so it is never
 signalled). Only a rank that wrote its hooks marker is signalled: ``SIGUSR1`` kills a
@@ -14,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import selectors
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +46,8 @@ class RankProcess:
     process: psutil.Process
     #: the id of its main thread (as faulthandler writes it)
     main_thread: int | None
+    #: the unix socket its responder listens on (None: it has none)
+    socket: str | None = None
 
 
 @dataclass(frozen=True)
@@ -115,7 +121,13 @@ def rank_processes(job_dir: JobDir, world_size: int) -> dict[int, RankProcess]:
         if not isinstance(pid, int) or pid not in live:
             continue
         main = marker.get("main_thread")
-        found[rank] = RankProcess(rank, live[pid], main if isinstance(main, int) else None)
+        sock = marker.get("socket")
+        found[rank] = RankProcess(
+            rank,
+            live[pid],
+            main if isinstance(main, int) else None,
+            sock if isinstance(sock, str) else None,
+        )
     return found
 
 
@@ -124,6 +136,78 @@ def _size(path: Path) -> int:
         return os.stat(path).st_size
     except OSError:
         return 0
+
+
+#: Seconds the ranks get to answer on their sockets before the others are signalled.
+SOCKET_WAIT_S = 0.5
+
+
+def _connect(rp: RankProcess) -> socket.socket | None:
+    """A connection to ``rp``'s socket that has sent the request, or None: no socket,
+    a folder that is not private to this account, no listener (a stale socket), or a
+    peer that is not the rank's process of this account."""
+    if rp.socket is None or hooks.unsafe_dir(Path(rp.socket).parent):
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        # Never blocks: a unix connect succeeds at once, or fails (EAGAIN: the rank has
+        # not accepted earlier connections, its code holding the GIL).
+        sock.setblocking(False)
+        sock.connect(rp.socket)
+        pid, uid, _ = hooks.peer_credentials(sock)
+        if uid != os.getuid() or pid != rp.process.pid:
+            sock.close()
+            return None
+        sock.send(hooks.SOCKET_REQUEST)  # a few bytes into an empty buffer
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def socket_answers(
+    procs: dict[int, RankProcess],
+    deadline: float,
+    on_answer: Callable[[int, str], None] | None = None,
+) -> dict[int, str]:
+    """Ask each rank on its unix socket and return the answers that came whole before
+    ``deadline`` (a ``time.monotonic()`` value): rank → every thread's stack, then the
+    flight-recorder line (the request file's answer). A rank with no socket, or whose
+    responder did not answer in time (its code holds the GIL), is left out.
+    ``on_answer(rank, text)`` is called as each answer comes."""
+    done: dict[int, str] = {}
+    with selectors.DefaultSelector() as sel:
+        for rank, rp in procs.items():
+            conn = _connect(rp)
+            if conn is not None:
+                sel.register(conn, selectors.EVENT_READ, (rank, bytearray()))
+        try:
+            while sel.get_map() and time.monotonic() < deadline:
+                for key, _ in sel.select(max(0.0, deadline - time.monotonic())):
+                    rank, got = key.data
+                    sock = key.fileobj
+                    assert isinstance(sock, socket.socket)
+                    try:
+                        chunk = sock.recv(1 << 16)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        chunk = b""
+                        got.clear()  # a broken answer is no answer
+                    if chunk:
+                        got.extend(chunk)
+                        continue
+                    sel.unregister(sock)
+                    sock.close()
+                    if got:  # the rank hung up after its answer: it is whole
+                        done[rank] = got.decode("utf-8", "replace")
+                        if on_answer is not None:
+                            on_answer(rank, done[rank])
+        finally:
+            for key in list(sel.get_map().values()):
+                sel.unregister(key.fileobj)
+                key.fileobj.close()  # type: ignore[union-attr]
+    return done
 
 
 def request_stacks(

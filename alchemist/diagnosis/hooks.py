@@ -26,9 +26,20 @@
   newest flight-recorder entries (:mod:`~alchemist.diagnosis.recorder`). The answer is
   written to a hidden file and renamed, so a reader never sees half of one. Like the
   watchdog it needs the GIL: a rank holding it in C code answers when the call returns.
-- ``debug/hooks-rank-<r>.json`` says the hooks are in place (pid, main thread id): a
-  collector signals only a rank that wrote it, since ``SIGUSR1`` kills a Python process
-  that has no handler for it.
+- **Socket responder** (local jobs: fast, every thread): a daemon thread listens on a
+  unix socket in a private folder of the machine's temporary directory
+  (:func:`socket_dir`: ``<tmp>/alchemist-diag-<uid>/``, 0700, the user's own; a folder
+  there that another account owns or can write is refused, and the rank goes without
+  the socket) and answers a connection that sends ``stacks`` with the same text as a
+  request file's answer. It reads the peer's credentials (``SO_PEERCRED``) first and
+  hangs up on any other account's process. The socket is removed when the rank's code
+  ends (:func:`stop`); one left by a rank that was killed is replaced by the next rank
+  of that job and rank, or removed by the next rank that starts once it is a minute
+  old (:func:`sweep_stale_sockets`), and a collector that finds no listener falls back
+  to the signal and the request file. Like the other threads it needs the GIL.
+- ``debug/hooks-rank-<r>.json`` says the hooks are in place (pid, main thread id, the
+  socket's path): a collector signals only a rank that wrote it, since ``SIGUSR1``
+  kills a Python process that has no handler for it.
 
 Re-arming the watchdog (:func:`rearm`, on every ``alchemist.log`` call) stores a
 clock reading: well under a microsecond. The stack files stay open for the life of the
@@ -37,16 +48,22 @@ process (faulthandler writes to its descriptor from its signal handler).
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import json
 import os
 import signal
+import socket
+import stat
+import struct
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import IO, Any
 
+from alchemist.diagnosis import recorder
 from alchemist.jobdir import JobDir, atomic_write_json, make_private_dir
 
 #: The folder of the diagnosis files, in the job directory.
@@ -76,6 +93,16 @@ RESPONDER_POLL_S = 0.5
 RESPONDER_FRESH_S = 2.0
 #: Requests older than this (seconds, by mtime) are not answered: nobody waits for them.
 REQUEST_MAX_AGE_S = 60.0
+#: The private folder of the ranks' sockets, in the temporary directory: this + the uid.
+SOCKET_DIR_PREFIX = "alchemist-diag-"
+#: What a collector sends on a rank's socket to ask for its stacks.
+SOCKET_REQUEST = b"stacks\n"
+#: The longest path a unix socket may have (``sun_path`` is 108 bytes with its NUL).
+SOCKET_PATH_MAX = 107
+#: Seconds a socket responder waits for a connected collector to send its request.
+SOCKET_READ_S = 2.0
+#: ``struct ucred`` (``SO_PEERCRED``): pid, uid, gid.
+_UCRED = struct.Struct("3i")
 
 
 def debug_dir(job_dir: JobDir) -> Path:
@@ -93,7 +120,8 @@ def watchdog_path(job_dir: JobDir, rank: int) -> Path:
 
 
 def marker_path(job_dir: JobDir, rank: int) -> Path:
-    """``{pid, rank, main_thread, watchdog_s, time}``: rank ``rank``'s hooks are in place."""
+    """``{pid, rank, main_thread, watchdog_s, socket, time}``: rank ``rank``'s hooks are
+    in place (``socket``: the path its socket responder listens on, or null)."""
     return debug_dir(job_dir) / f"hooks-rank-{rank}.json"
 
 
@@ -105,6 +133,90 @@ def requests_dir(job_dir: JobDir) -> Path:
 def answer_path(request: Path, rank: int) -> Path:
     """Rank ``rank``'s answer to ``request``: ``<request>.rank-<r>.txt`` next to it."""
     return request.with_name(f"{request.name}.rank-{rank}.txt")
+
+
+def socket_dir() -> Path:
+    """The folder of this account's rank sockets: ``<tmp>/alchemist-diag-<uid>``."""
+    return Path(tempfile.gettempdir()) / f"{SOCKET_DIR_PREFIX}{os.getuid()}"
+
+
+def socket_path(job_id: str, rank: int) -> Path:
+    """Where rank ``rank`` of job ``job_id`` listens: ``<socket_dir>/<job_id>-<rank>.sock``."""
+    return socket_dir() / f"{job_id}-{rank}.sock"
+
+
+def unsafe_dir(folder: Path) -> str | None:
+    """Why ``folder`` may not hold this account's sockets (None: it may): it is not a
+    folder (a link, a file), another account owns it, or another account can write
+    in it (it could put its own socket there)."""
+    try:
+        st = os.lstat(folder)
+    except OSError as e:
+        return f"{folder}: {e.strerror}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{folder} is not a folder"
+    if st.st_uid != os.getuid():
+        return f"{folder} belongs to another account (uid {st.st_uid})"
+    if st.st_mode & 0o022:
+        return f"{folder} can be written by other accounts (mode {st.st_mode & 0o777:o})"
+    return None
+
+
+def make_socket_dir() -> Path:
+    """:func:`socket_dir`, made 0700 if missing and checked (:func:`unsafe_dir`); a
+    folder of ours that others can read or enter is closed to them.
+
+    Raises:
+        OSError: the folder cannot be made, or may not be used (the reason says why).
+    """
+    folder = socket_dir()
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(folder, 0o700)
+    problem = unsafe_dir(folder)
+    if problem:
+        raise OSError(f"no diagnosis socket: {problem}")
+    if os.lstat(folder).st_mode & 0o077:
+        os.chmod(folder, 0o700)
+    return folder
+
+
+#: A socket file with no listener is removed once it is this old (seconds): a rank's
+#: socket has none only between its ``bind`` and ``listen``, microseconds apart.
+STALE_SOCKET_S = 60.0
+
+
+def sweep_stale_sockets(folder: Path) -> int:
+    """Remove the sockets in ``folder`` that no process listens on (ranks that were
+    killed or cancelled, whose code never reached :func:`stop`), older than
+    :data:`STALE_SOCKET_S`; returns how many went."""
+    removed = 0
+    now = time.time()
+    for path in folder.glob("*.sock"):
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISSOCK(st.st_mode) or now - st.st_mtime < STALE_SOCKET_S:
+                continue
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                probe.setblocking(False)
+                try:
+                    probe.connect(str(path))
+                    continue  # someone listens
+                except ConnectionRefusedError:
+                    pass
+                except OSError:
+                    continue  # busy (EAGAIN) or gone: leave it
+            path.unlink()
+            removed += 1
+        except OSError:
+            continue
+    return removed
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """``(pid, uid, gid)`` of the process at the other end of the unix socket ``sock``."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+    pid, uid, gid = _UCRED.unpack(raw)
+    return pid, uid, gid
 
 
 def read_marker(job_dir: JobDir, rank: int) -> dict[str, Any] | None:
@@ -155,6 +267,14 @@ def all_thread_stacks(header: str) -> str:
             depth = depth.f_back
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def answer_text(asker: str, rank: int) -> str:
+    """A responder's answer: every thread's stack (:func:`all_thread_stacks`) under a
+    header naming ``asker`` (the request), then the rank's flight-recorder line. It
+    imports nothing (see :func:`alchemist.diagnosis.recorder.snapshot`)."""
+    header = f"Request {asker} (rank {rank}, pid {os.getpid()}, time {time.time():.3f})"
+    return all_thread_stacks(header) + recorder.format_snapshot(recorder.snapshot())
 
 
 class _Watchdog:
@@ -243,8 +363,6 @@ class _Responder:
 
     def answer_new(self) -> int:
         """Answer every request not answered yet; returns how many were answered."""
-        from alchemist.diagnosis import recorder
-
         count = 0
         for name in sorted(os.listdir(self.folder)):
             if not name.endswith(REQUEST_SUFFIX) or name in self._answered:
@@ -257,8 +375,7 @@ class _Responder:
                     continue
             except OSError:
                 continue  # the collector removed it: nobody waits
-            header = f"Request {name} (rank {self.rank}, pid {os.getpid()}, time {time.time():.3f})"
-            text = all_thread_stacks(header) + recorder.format_snapshot(recorder.snapshot())
+            text = answer_text(name, self.rank)
             hidden = answer.with_name(f".{answer.name}.tmp")
             with _open_private(hidden) as f:
                 f.truncate(0)
@@ -271,6 +388,79 @@ class _Responder:
         self._stop.set()
 
 
+class _SocketResponder:
+    """A daemon thread answering collectors on a unix socket at ``path`` (see the module
+    docstring): one connection at a time; the peer must be this account's."""
+
+    def __init__(self, path: Path, rank: int) -> None:
+        if len(os.fsencode(path)) > SOCKET_PATH_MAX:
+            raise OSError(f"no diagnosis socket: {path} is longer than a unix socket's path")
+        self.path = path
+        self.rank = rank
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISSOCK(os.lstat(path).st_mode):
+                os.unlink(path)  # a stale one (a killed rank's): the next rank's now
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(str(path))
+            os.chmod(path, 0o600)
+            sock.listen(8)
+            sock.settimeout(1.0)  # a look at the stop flag every second
+            self._inode = os.stat(path).st_ino
+        except OSError:
+            sock.close()
+            raise
+        self._sock = sock
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="alchemist-socket-responder", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                try:
+                    conn, _ = self._sock.accept()
+                except TimeoutError:
+                    continue
+                except OSError:
+                    if self._stop.is_set():
+                        break
+                    time.sleep(0.1)  # out of descriptors, say: try again shortly
+                    continue
+                with conn, contextlib.suppress(OSError):
+                    self.serve(conn)
+        finally:
+            self._sock.close()
+
+    def serve(self, conn: socket.socket) -> None:
+        """Answer one collector: hang up on another account's process, and on anything
+        but :data:`SOCKET_REQUEST`."""
+        _, uid, _ = peer_credentials(conn)
+        if uid != os.getuid():
+            return  # closing the connection is the whole answer
+        conn.settimeout(SOCKET_READ_S)
+        asked = b""
+        while not asked.endswith(b"\n") and len(asked) < 64:
+            chunk = conn.recv(64)
+            if not chunk:
+                break
+            asked += chunk
+        if asked != SOCKET_REQUEST:
+            return
+        conn.sendall(answer_text("by socket", self.rank).encode("utf-8", "replace"))
+
+    def stop(self) -> None:
+        """Stop answering and remove the socket (unless another rank's took its place)."""
+        self._stop.set()
+        with contextlib.suppress(OSError):
+            if os.stat(self.path).st_ino == self._inode:
+                os.unlink(self.path)
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the accept at once
+
+
 def _open_private(path: Path) -> IO[str]:
     """``path`` opened for appending, 0600 when it is made (the owner's alone)."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -280,12 +470,13 @@ def _open_private(path: Path) -> IO[str]:
 _files: list[IO[str]] = []  # open for the life of the process
 _watchdog: _Watchdog | None = None
 _responder: _Responder | None = None
+_socket_responder: _SocketResponder | None = None
 
 
 def install(job_dir: JobDir, rank: int) -> None:
     """Install the hooks in this rank; idempotent. A failure is said in the rank's log
     and never stops the job."""
-    global _watchdog, _responder
+    global _watchdog, _responder, _socket_responder
     if _files:
         return
     try:
@@ -303,6 +494,11 @@ def install(job_dir: JobDir, rank: int) -> None:
             _files.append(dog)
             _watchdog = _Watchdog(dog, floor)
         _responder = _Responder(requests_dir(job_dir), rank)
+        try:
+            sweep_stale_sockets(make_socket_dir())
+            _socket_responder = _SocketResponder(socket_path(job_dir.job_id, rank), rank)
+        except OSError as e:  # the signal and the request file still answer
+            print(f"[alchemist] warning: {e}", flush=True)
         atomic_write_json(
             marker_path(job_dir, rank),
             {
@@ -310,6 +506,7 @@ def install(job_dir: JobDir, rank: int) -> None:
                 "rank": rank,
                 "main_thread": threading.main_thread().ident,
                 "watchdog_s": floor,
+                "socket": str(_socket_responder.path) if _socket_responder else None,
                 "time": time.time(),
             },
         )
@@ -324,16 +521,19 @@ def rearm() -> None:
 
 
 def stop(job_dir: JobDir | None = None, rank: int = 0) -> None:
-    """Stop the watchdog and the request responder (the rank's code ended: teardown is
-    not a stall) and, given the job directory, remove the marker, so that no collector
-    signals the rank while it exits (the interpreter drops the handler at exit, and
-    ``SIGUSR1`` would then kill it)."""
-    global _watchdog, _responder
+    """Stop the watchdog and the responders, and remove the rank's socket (the rank's
+    code ended: teardown is not a stall) and, given the job directory, the marker, so
+    that no collector signals the rank while it exits (the interpreter drops the handler
+    at exit, and ``SIGUSR1`` would then kill it)."""
+    global _watchdog, _responder, _socket_responder
     if _watchdog is not None:
         _watchdog.stop()
         _watchdog = None
     if _responder is not None:
         _responder.stop()
         _responder = None
+    if _socket_responder is not None:
+        _socket_responder.stop()
+        _socket_responder = None
     if job_dir is not None:
         marker_path(job_dir, rank).unlink(missing_ok=True)

@@ -66,11 +66,14 @@ def enable(environ: MutableMapping[str, str] | None = None) -> None:
 
 def _dump() -> dict[str, Any] | None:
     """torch's flight-recorder dump as a dict, or None where this torch has none."""
-    if "torch" not in sys.modules:
-        return None  # the rank has not imported torch: no process group, no recorder
+    # Read torch's modules, never import them: this runs in the responders' threads, and
+    # an import there while the main thread imports torch deadlocks Python's module
+    # locks (the main thread's import then fails with _DeadlockError).
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or getattr(getattr(dist, "__spec__", None), "_initializing", False):
+        return None  # torch.distributed not (yet wholly) imported: no process group
+    c10d = getattr(sys.modules.get("torch._C"), "_distributed_c10d", None)
     try:
-        from torch._C import _distributed_c10d as c10d
-
         dump = getattr(c10d, "_dump_fr_trace_json", None)
         if dump is None:
             return None
@@ -126,7 +129,9 @@ def summarize(data: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def snapshot() -> dict[str, Any] | None:
-    """This rank's newest collective (:func:`summarize`), or None (no recorder)."""
+    """This rank's newest collective (:func:`summarize`), or None (no recorder, or
+    ``torch.distributed`` not wholly imported yet). Safe in any thread: it imports
+    nothing."""
     return summarize(_dump())
 
 

@@ -2,8 +2,9 @@
 
 :func:`diagnose` gathers, for a job, each rank's progress (its last logged step and
 when, :mod:`~alchemist.diagnosis.progress`), its liveness (running, finished, dead and
-how, :mod:`~alchemist.diagnosis.collect`) and its stacks (asked for by signal on the
-local backend; else the watchdog's last dump), then :func:`classify` names what is
+how, :mod:`~alchemist.diagnosis.collect`) and its stacks (asked for on the ranks'
+unix sockets, by signal and by request file on the local backend; by request file
+elsewhere; else the watchdog's last dump), then :func:`classify` names what is
 going on in one sentence, the ``headline``:
 
 - ``dead_rank``: a rank's process is gone before its code finished;
@@ -105,15 +106,17 @@ def _rank_stacks(
     progress_cb: Callable[[dict[int, Dump], list[int]], None] | None = None,
 ) -> tuple[dict[int, Dump], dict[int, dict[str, Any] | None], list[int]]:
     """``(dumps, recorders, asked)``: rank → (threads, main thread id, source
-    ``signal``/``request``/``watchdog``, time of the dump); rank → its flight-recorder
-    summary (:func:`alchemist.diagnosis.recorder.summarize`, None: no recorder) for the
-    ranks that answered the request file; the ranks asked by request (those whose hooks
-    are in place).
+    ``socket``/``signal``/``request``/``watchdog``, time of the dump); rank → its
+    flight-recorder summary (:func:`alchemist.diagnosis.recorder.summarize`, None: no
+    recorder) for the ranks that answered on their socket or the request file; the
+    ranks whose hooks are in place (those asked).
 
-    Every running job's ranks are asked by request file; a local job's are signalled as
-    well (the signal answers even for a rank that holds the GIL). A rank that answered
-    neither is shown by its watchdog's last dump, unless the rank logged a step after
-    it (the dump is of a wait that ended).
+    A local job's ranks are asked on their unix sockets first (every thread, and the
+    recorder, within :data:`collect.SOCKET_WAIT_S`); those that did not answer there
+    are signalled (the signal answers even for a rank that holds the GIL) and asked by
+    request file. Any other backend's ranks are asked by request file only. A rank that
+    answered none is shown by its watchdog's last dump, unless the rank logged a step
+    after it (the dump is of a wait that ended).
 
     ``progress_cb(dumps so far, ranks still awaited)`` is called once the ranks are
     asked, and again as each rank answers.
@@ -125,12 +128,8 @@ def _rank_stacks(
     start = time.monotonic()
     if running:
         asked = [r for r in range(world_size) if hooks.read_marker(job_dir, r) is not None]
-        if asked:
-            try:
-                request = collect.post_request(job_dir)
-            except OSError:
-                request = None  # a read-only job directory: signals and watchdog only
     expected: list[int] = list(asked)
+    procs: dict[int, collect.RankProcess] = {}
 
     def tell() -> None:
         if progress_cb is not None:
@@ -140,14 +139,34 @@ def _rank_stacks(
         procs = collect.rank_processes(job_dir, world_size)
         expected = sorted(procs)
 
+        def by_socket(rank: int, text: str) -> None:
+            threads = stacks.parse_dump(text)
+            if threads:
+                recs[rank] = recorder.parse_block(text)
+                out[rank] = (threads, procs[rank].main_thread, "socket", time.time())
+                tell()
+
+        tell()
+        soon = min(start + timeout, time.monotonic() + collect.SOCKET_WAIT_S)
+        collect.socket_answers(procs, soon, on_answer=by_socket)
+    pending = [r for r in asked if r not in out]
+    if pending:
+        try:
+            request = collect.post_request(job_dir)
+        except OSError:
+            request = None  # a read-only job directory: signals and watchdog only
+    if running and local:
+
         def signalled(rank: int, text: str) -> None:
             threads = stacks.parse_dump(text)
             if threads:
                 out[rank] = (threads, procs[rank].main_thread, "signal", time.time())
                 tell()
 
-        tell()
-        collect.request_stacks(job_dir, procs, timeout, on_answer=signalled)
+        rest = {r: rp for r, rp in procs.items() if r not in out}
+        if rest:
+            left = max(0.0, start + timeout - time.monotonic())
+            collect.request_stacks(job_dir, rest, left, on_answer=signalled)
     elif request is not None:
         tell()
     if request is not None:
@@ -163,9 +182,9 @@ def _rank_stacks(
                 tell()
 
         try:
-            collect.wait_answers(request, asked, deadline, on_answer=answered)
+            collect.wait_answers(request, pending, deadline, on_answer=answered)
         finally:
-            collect.remove_request(request, asked)
+            collect.remove_request(request, pending)
     for rank in range(world_size):
         if rank in out:
             continue
@@ -203,7 +222,7 @@ def _entries(
         entry["last_step_time"] = p.time if p else None
         entry["last_step_ago_s"] = round(started - p.time, 3) if p else None
         dump = dumps.get(rank)
-        entry["answered"] = dump is not None and dump[2] in ("signal", "request")
+        entry["answered"] = dump is not None and dump[2] in ("socket", "signal", "request")
         entry["stacks_from"] = dump[2] if dump else None
         entry["stacks_time"] = dump[3] if dump else None
         entry["activity"] = None
@@ -264,8 +283,9 @@ def diagnose(
         job_dir: the job's directory.
         job_id, state, reason: the job's id, state and reason as its status says.
         world_size: the job's ranks.
-        backend: the job's backend; stacks are asked for by signal on ``local`` only
-            (elsewhere the watchdog's dumps in the job directory are read).
+        backend: the job's backend; a ``local`` job's ranks are asked on their sockets,
+            then by signal and request file; any other's by request file only (and
+            the watchdog's dumps in the job directory are read for ranks that are silent).
         timeout: seconds to wait for the ranks' stacks.
         ask: False sends the ranks nothing (no signal, no request file): the report
             reads only what they wrote by themselves, the watchdog's dumps.

@@ -15,7 +15,9 @@ Routes, relative to the server's base URL (``/user/<name>/`` behind JupyterHub):
     GET    alchemist/api/v1/jobs/ID/dryrun       the exact request the backend makes for it
     POST   alchemist/api/v1/jobs/ID/tensorboard  start (or reuse) TensorBoard: ``{"url"}``
     GET    alchemist/api/v1/jobs/ID/diagnosis    which rank is stuck, and where (the report
-                                                 of :mod:`alchemist.diagnosis.report`)
+                                                 of :mod:`alchemist.diagnosis.report`);
+                                                 ``?partial=1``: the partial report of the
+                                                 diagnosis in progress (204: none)
     GET    alchemist/api/v1/jobs/ID/diagnosis/bundle  the debug bundle, a .tar.gz download
                                                  (:mod:`alchemist.diagnosis.bundle`)
     GET    alchemist/api/v1/pool                 the user's warm pool: ``{"running", "text",
@@ -45,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 from collections.abc import Callable
 from http.client import responses
 from pathlib import Path
@@ -368,8 +371,37 @@ def _submit(path: Path, options: dict[str, Any], dry_run: bool) -> dict[str, Any
     return described
 
 
+#: job id → (a token of the diagnosis in progress, its latest partial report): what
+#: ``GET .../diagnosis?partial=1`` shows while a ``GET .../diagnosis`` waits for ranks.
+_partials: dict[str, tuple[object, dict[str, Any]]] = {}
+_partials_lock = threading.Lock()
+
+
 def _diagnosis(job_id: str) -> dict[str, Any]:
-    return dict(_job(job_id).diagnose())
+    """The job's report; while the ranks answer, its partial reports are kept for
+    :func:`_diagnosis_partial` (the latest one, until the report is made)."""
+    job = _job(job_id)
+    token = object()
+
+    def keep(partial: dict[str, Any]) -> None:
+        with _partials_lock:
+            _partials[job.id] = (token, partial)
+
+    try:
+        return dict(job.diagnose(on_partial=keep))
+    finally:
+        with _partials_lock:
+            if _partials.get(job.id, (None,))[0] is token:
+                del _partials[job.id]
+
+
+def _diagnosis_partial(job_id: str) -> dict[str, Any] | None:
+    """The latest partial report of a diagnosis of the job in progress on this server,
+    or None; asks the ranks nothing."""
+    job = _job(job_id)  # 404 and 403 as for the report
+    with _partials_lock:
+        found = _partials.get(job.id)
+    return found[1] if found else None
 
 
 def _diagnosis_bundle(job_id: str) -> tuple[str, bytes]:
@@ -567,8 +599,17 @@ class DiagnosisHandler(AlchemistHandler):
     @web.authenticated
     @authorized
     async def get(self, job_id: str) -> None:
-        """The job's diagnosis report; reading it never changes the job's state."""
-        self.query({})
+        """The job's diagnosis report; reading it never changes the job's state.
+        ``?partial=1``: the latest partial report of a diagnosis of the job in progress
+        (``collecting`` true: who answered, who is awaited), at once; 204 when none is."""
+        if self.query({"partial": (0, 0, 1)})["partial"]:
+            partial = await self.call(_diagnosis_partial, job_id)
+            if partial is None:
+                self.set_status(204)
+                self.finish()
+            else:
+                self.reply(partial)
+            return
         self.reply(await self.call(_diagnosis, job_id))
 
 

@@ -90,6 +90,25 @@ def _op(summary: str, ok: int = 200, params: list[Any] | None = None, body: bool
     return op
 
 
+def _diagnosis_op(params: list[Any]) -> dict[str, Any]:
+    """The diagnosis report's route, and with ``partial=1`` the partial report of the
+    diagnosis in progress (204 when there is none)."""
+    op: dict[str, Any] = _op(
+        "which rank is stuck, and where: the diagnosis report (never changes the job)",
+        params=[
+            *params,
+            _int(
+                "partial",
+                "1: at once, the latest partial report of a diagnosis of the job in progress"
+                " (who answered, who is awaited; asks the ranks nothing)",
+                0,
+            ),
+        ],
+    )
+    op["responses"]["204"] = {"description": "partial=1 and no diagnosis in progress"}
+    return op
+
+
 def _bundle_op(params: list[Any]) -> dict[str, Any]:
     """The debug bundle's route: a ``.tar.gz`` attachment, not JSON."""
     op: dict[str, Any] = _op(
@@ -162,10 +181,7 @@ def document(base_url: str = "/") -> dict[str, Any]:
             "post": _op("start (or reuse) TensorBoard on the job", params=job)
         },
         "/jobs/{job_id}/diagnosis": {
-            "get": _op(
-                "which rank is stuck, and where: the diagnosis report (never changes the job)",
-                params=job,
-            )
+            "get": _diagnosis_op(job),
         },
         "/jobs/{job_id}/diagnosis/bundle": {"get": _bundle_op(job)},
         "/pool": {

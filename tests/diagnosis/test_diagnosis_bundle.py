@@ -22,7 +22,7 @@ import pytest
 from IPython.core.error import UsageError
 
 from alchemist import cli, client
-from alchemist.diagnosis import bundle, hooks, recorder
+from alchemist.diagnosis import bundle, hooks, recorder, stacks
 from alchemist.errors import AlchemistError
 from alchemist.jobdir import JobDir
 from alchemist.spec import JobState
@@ -92,8 +92,8 @@ def test_the_bundle_of_a_stuck_job_holds_report_stacks_recorder_log_tails_and_sp
         "spec.json",
         "state.json",
         "source.py",
-        "debug/stacks-rank-0.txt",
-        "debug/stacks-rank-1.txt",
+        "stacks/rank-0.txt",
+        "stacks/rank-1.txt",
         "debug/watchdog-rank-0.txt",
         "debug/watchdog-rank-1.txt",
         "logs/rank-0.log",
@@ -106,13 +106,15 @@ def test_the_bundle_of_a_stuck_job_holds_report_stacks_recorder_log_tails_and_sp
     assert report["headline"] == out.splitlines()[0]
     assert report["ranks"][0]["collective_op"] == "all_reduce"  # the flight recorder
     assert report["ranks"][0]["recorder"]["entries"], report["ranks"][0]
-    # Every signal dump the ranks wrote: rank 1 in load_batch, rank 0 in all_reduce.
+    # The stacks the report read (every thread, from the ranks' sockets): rank 1 in
+    # load_batch, rank 0 in all_reduce, in faulthandler's format.
     sleep_line = line_of(STUCK, "time.sleep(600)")
-    assert (
-        f'File "<cell>", line {sleep_line} in load_batch'
-        in files["debug/stacks-rank-1.txt"].decode()
-    )
-    assert "in all_reduce" in files["debug/stacks-rank-0.txt"].decode()
+    rank1 = files["stacks/rank-1.txt"].decode()
+    assert rank1.startswith("Rank 1: stacks from socket at ")
+    assert f'File "<cell>", line {sleep_line} in load_batch' in rank1
+    threads = stacks.parse_dump(files["stacks/rank-0.txt"].decode())
+    assert len(threads) == len(report["ranks"][0]["threads"]) > 1
+    assert any(f.function == "all_reduce" for f in threads[0].frames)
     assert "load_batch" in files["debug/watchdog-rank-1.txt"].decode()
     # The last 200 lines of each rank's log; more were written.
     tail = files["logs/rank-0.log"].decode().splitlines()

@@ -59,7 +59,7 @@ def test_the_missing_rank_headline_numbers_the_collective(
     assert (rank0["collective_seq"], rank0["collective_op"]) == (6, "all_reduce")
     assert (rank1["collective_seq"], rank1["collective_op"]) == (5, "all_reduce")
     assert rank0["recorder"]["sizes"] == [[3]]
-    assert rank0["stacks_from"] == rank1["stacks_from"] == "signal"
+    assert rank0["stacks_from"] == rank1["stacks_from"] == "socket"
     assert found["elapsed_s"] < 3.0, found["elapsed_s"]
     assert job.status().state == JobState.RUNNING
 

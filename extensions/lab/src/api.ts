@@ -74,6 +74,13 @@ function jsonInit(method: string, body?: unknown): RequestInit {
     : { method, body: JSON.stringify(body), headers: { 'Content-Type': 'application/json' } };
 }
 
+/** A partial diagnosis report, while the ranks answer (`classification` `collecting`). */
+export interface IPartialDiagnosis extends IDiagnosis {
+  collecting: boolean;
+  /** The ranks still awaited. */
+  waiting_for: number[];
+}
+
 /** `POST /jobs/dryrun` and `GET /jobs/{id}/dryrun` reply. */
 export interface IDryRun {
   backend: string;
@@ -143,6 +150,22 @@ export const api = {
   },
   diagnosis(id: string): Promise<IDiagnosis> {
     return requestAPI(`jobs/${encodeURIComponent(id)}/diagnosis`);
+  },
+  /**
+   * The latest partial report of a diagnosis of the job in progress on the server
+   * (`GET jobs/<id>/diagnosis?partial=1`: who answered, who is awaited), or null when
+   * none is in progress (204). Asks the ranks nothing. A server without partial
+   * reports answers 400 (an ApiError).
+   */
+  async diagnosisPartial(id: string): Promise<IPartialDiagnosis | null> {
+    const found = await requestAPI<Partial<IPartialDiagnosis>>(
+      `jobs/${encodeURIComponent(id)}/diagnosis`,
+      {},
+      { partial: 1 }
+    );
+    return found.collecting && typeof found.headline === 'string'
+      ? (found as IPartialDiagnosis)
+      : null;
   },
   /**
    * The URL of the job's debug bundle (`GET jobs/<id>/diagnosis/bundle`, a `.tar.gz`

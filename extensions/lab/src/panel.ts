@@ -57,6 +57,11 @@ export interface IPanelHost {
 
 type Attrs = Record<string, string | number | boolean | undefined>;
 
+/** How long the server waits for the ranks' stacks (alchemist.diagnosis.collect). */
+const DIAGNOSIS_WAIT_S = 3;
+/** How often the job view asks for the partial report while the ranks answer. */
+const PARTIAL_POLL_MS = 250;
+
 /** Create an element; `class` sets className, `data-*` and other keys set attributes. */
 function h<K extends keyof HTMLElementTagNameMap>(
   tag: K,
@@ -626,14 +631,22 @@ export class JobView extends Widget {
 
   /**
    * Diagnose the job (`GET /jobs/{id}/diagnosis`: the ranks' stacks, up to 3 s) and
-   * show the headline, a line per rank and the grouped stacks under the buttons.
+   * show the headline, a line per rank and the grouped stacks under the buttons. While
+   * the ranks answer, it says so at once, then shows the server's partial reports
+   * (`?partial=1`: who answered, with their lines; who is awaited).
    */
   async diagnose(): Promise<void> {
     this._diagnosing = true;
     this._diagnoseButton.disabled = true;
-    this._message.note('Diagnosing…');
+    this._message.clear();
+    this._showCollecting(`asking the ranks for stacks (up to ${DIAGNOSIS_WAIT_S} s)`, []);
+    let done = false;
+    const report = api.diagnosis(this.jobId).finally(() => {
+      done = true;
+    });
+    void this._followPartial(() => done);
     try {
-      const view = describeDiagnosis(await api.diagnosis(this.jobId));
+      const view = describeDiagnosis(await report);
       this._diagnosis.replaceChildren(
         h(
           'p',
@@ -675,10 +688,54 @@ export class JobView extends Widget {
       );
       this._message.clear();
     } catch (error) {
+      this._diagnosis.replaceChildren(); // no "asking…" left behind
       this._message.error(messageOf(error));
     } finally {
       this._diagnosing = false;
       this._diagnoseButton.disabled = isTerminal(this._job?.state ?? '');
+    }
+  }
+
+  /** The diagnosis in progress: its headline and the lines of the ranks that answered. */
+  private _showCollecting(headline: string, lines: string[]): void {
+    this._diagnosis.replaceChildren(
+      h('p', { class: 'jp-Alchemist-diagnosisCollecting', role: 'status' }, `${headline}…`),
+      ...(lines.length
+        ? [
+            h(
+              'ul',
+              { class: 'jp-Alchemist-diagnosisAnswered' },
+              ...lines.map(line => h('li', {}, h('code', {}, line)))
+            )
+          ]
+        : [])
+    );
+  }
+
+  /**
+   * Until `finished()`, show the server's partial report of the diagnosis in progress
+   * every {@link PARTIAL_POLL_MS} ms. A server without partial reports (or an error)
+   * ends this quietly: the final report still comes.
+   */
+  private async _followPartial(finished: () => boolean): Promise<void> {
+    while (!finished()) {
+      await new Promise(resolve => setTimeout(resolve, PARTIAL_POLL_MS));
+      if (finished()) {
+        return;
+      }
+      let partial;
+      try {
+        partial = await api.diagnosisPartial(this.jobId);
+      } catch {
+        return;
+      }
+      if (finished()) {
+        return; // the final report is shown (or about to be): never cover it
+      }
+      if (partial) {
+        const answered = (partial.ranks ?? []).filter(r => r.answered).map(r => r.line);
+        this._showCollecting(partial.headline, answered);
+      }
     }
   }
 

@@ -4,7 +4,7 @@ Two measurements:
 
 - **diagnose to headline**, world size 2: a real local job (torchrun, gloo, 2 ranks)
   where rank 1 sleeps in ``load_batch`` while rank 0 waits in ``all_reduce``;
-  ``job.diagnose()`` is timed (signal + request file, the local path) and so is the
+  ``job.diagnose()`` is timed (the ranks' sockets, then signal + request file: the local path) and so is the
   request-file path alone (what a Kubernetes job gets: ``report.diagnose(...,
   backend="kubernetes")``, the local ranks standing in for pods). Target: <= 3 s.
   A diagnosis that raises or does not say ``missing_rank`` is counted as failed.
@@ -137,7 +137,7 @@ def diagnose_once(job: Any, kubernetes: bool) -> float:
 def measure_diagnose(repeats: int) -> tuple[dict[str, list[float]], dict[str, list[str]]]:
     import alchemist
 
-    arms = {"local (signal + request)": False, "request file only (kubernetes)": True}
+    arms = {"local (socket, then signal + request)": False, "request file only (kubernetes)": True}
     times: dict[str, list[float]] = {name: [] for name in arms}
     failures: dict[str, list[str]] = {name: [] for name in arms}
     job = alchemist.submit(HUNG, namespace={}, workers=2, name="bench-diagnose")

@@ -91,12 +91,12 @@ def test_queue_makespan_smoke_runs_both_arms() -> None:
 
 def test_diagnose_smoke_times_both_paths_and_the_hooks() -> None:
     out = _smoke("diagnose.py")
-    assert "local (signal + request)" in out and "request file only (kubernetes)" in out
+    assert "local (socket, then signal + request)" in out and "request file only (kubernetes)" in out
     assert "ratio with / without hooks " in out
     assert "flight recorder (across processes, noisier): ratio on / off " in out
     # the job's diagnoses say missing_rank; a step-loop run may fail and is then counted
     failed = next(ln for ln in out.splitlines() if ln.startswith("failed runs: "))
-    assert "diagnose local (signal + request) 0" in failed, out
+    assert "diagnose local (socket, then signal + request) 0" in failed, out
     assert "diagnose request file only (kubernetes) 0" in failed, out
 
 

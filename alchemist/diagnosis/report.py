@@ -29,6 +29,7 @@ Diagnosis reads and signals; it never changes a job's state.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -57,11 +58,17 @@ def _from(act: stacks.Activity) -> str:
     return f"from {_where(act.user_frame)}" if act.user_frame else "after the user's code"
 
 
+#: The file name ipykernel compiles a cell under (``<tmp>/ipykernel_<pid>/<hash>.py``).
+_IPYKERNEL_CELL = re.compile(r"/ipykernel_\d+/\d+\.py$")
+
+
 def _where(frame: stacks.Frame | None) -> str:
     """``the cell (line 7)``, ```load_batch` (cell line 88)``, ```f` (model.py line 3)``."""
     if frame is None:
         return "no Python frame"
     kind = {"<cell>": "cell", "<script>": "script"}.get(frame.file)
+    if kind is None and _IPYKERNEL_CELL.search(frame.file):
+        kind = "cell"  # a cell run by a kernel: an interactive session's engine
     if kind is None:
         kind = frame.file if frame.file.startswith("<") else Path(frame.file).name
     if frame.function == "<module>":

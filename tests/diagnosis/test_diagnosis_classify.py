@@ -157,3 +157,16 @@ def test_of_two_dumps_appended_at_once_the_last_is_read() -> None:
     second = 'Thread 0x0000000000000001 (most recent call first):\n  File "<cell>", line 2 in g\n'
     (thread,) = stacks.parse_dump(first + "\n" + second)
     assert thread.frames == (Frame("<cell>", 2, "g"),)
+
+
+def test_a_cell_run_by_a_kernel_is_called_the_cell() -> None:
+    """An interactive session's engine runs cells compiled by ipykernel under
+    ``<tmp>/ipykernel_<pid>/<hash>.py``: the report says "the cell", not that name."""
+    from alchemist.diagnosis import report, stacks
+
+    frame = stacks.Frame(file="/tmp/ipykernel_4242/3746512494.py", line=8, function="<module>")
+    assert report._where(frame) == "the cell (line 8)"
+    inner = stacks.Frame(file="/tmp/ipykernel_4242/3746512494.py", line=3, function="load")
+    assert report._where(inner) == "`load` (cell line 3)"
+    other = stacks.Frame(file="/home/ana/model.py", line=3, function="load")
+    assert report._where(other) == "`load` (model.py line 3)"

@@ -153,6 +153,12 @@ def died_first(
         return None
     if codes is None:
         codes = torchrun_exit_codes(launcher_log)
+    if any(o.attempt == attempt and o.status != 0 for o in outcomes.values()):
+        # A rank's code failed, and the launcher stopped the others (SIGTERM) before they
+        # noticed: the failure in the code is the cause (see that rank's log), not them.
+        missing = [r for r in missing if codes.get(r) != -signal.SIGTERM]
+        if not missing:
+            return None
     # When one rank dies, torchrun stops the others with SIGTERM: a rank that was killed
     # by anything else died first, whatever order the report lists them in.
     # A rank that exited on its own (os._exit(3)) was not stopped either.

@@ -247,3 +247,16 @@ def test_valid_outputs_are_kept_when_one_is_missing_or_unpicklable() -> None:
     log = job.logs(0)
     assert "-o names y, which the cell did not define on rank 0" in log
     assert "output 'lock' cannot be pickled" in log
+
+
+def test_a_rank_stopped_after_another_rank_s_code_failed_is_not_blamed(tmp_path: Path) -> None:
+    """Rank 1's code raised (its record says so) and the launcher stopped rank 0, which
+    waited in a collective, with SIGTERM before rank 0 noticed: the cause is rank 1's
+    failure (its log says what), never "rank 0 was killed by signal 15". A rank killed by
+    anything else still is named."""
+    jd = JobDir(tmp_path / "j").create()
+    outcomes.record(jd, 1, 0, 1)
+    assert outcomes.died_first(jd, 2, codes={1: 1, 0: -15}) is None
+    assert outcomes.died_first(jd, 2, codes={1: 1, 0: -9}) == (
+        "rank 0 was killed by signal 9 (SIGKILL) (out of memory?)"
+    )

@@ -188,6 +188,14 @@ def test_a_failing_cell_is_reported_as_cold_and_outputs_come_back(run: Run) -> N
     )
     assert started(failed) == "warm"
     assert failed.status().reason == "rank 1 failed: ValueError: bad shape"
+    # the same while rank 0 waits for rank 1 in a collective (and is stopped)
+    waiting = run(
+        "import alchemist, torch, torch.distributed as dist\n"
+        "if alchemist.context().rank == 1:\n    raise ValueError('bad shape')\n"
+        "dist.all_reduce(torch.ones(1))\n",
+        expect=JobState.FAILED,
+    )
+    assert waiting.status().reason == "rank 1 failed: ValueError: bad shape"
     ok = run("import alchemist\nx = {'rank': alchemist.context().rank}\n", outputs=["x"])
     assert ok.outputs() == {"x": {"rank": 0}}
 

@@ -175,7 +175,10 @@ def _launch(
                     )
                     return _Attempt(job_dir, conn, lines, reply["pids"], attempt)
                 if reply.get("event") == "error":
-                    print(f"[alchemist] cold start: the warm pool failed: {reply['message']}")
+                    print(
+                        f"[alchemist] cold start: the warm pool failed: {reply['message']}",
+                        flush=True,
+                    )
                     conn.close()
                     return None
     except OSError as e:

@@ -91,7 +91,9 @@ def test_queue_makespan_smoke_runs_both_arms() -> None:
 
 def test_diagnose_smoke_times_both_paths_and_the_hooks() -> None:
     out = _smoke("diagnose.py")
-    assert "local (socket, then signal + request)" in out and "request file only (kubernetes)" in out
+    assert (
+        "local (socket, then signal + request)" in out and "request file only (kubernetes)" in out
+    )
     assert "ratio with / without hooks " in out
     assert "flight recorder (across processes, noisier): ratio on / off " in out
     # the job's diagnoses say missing_rank; a step-loop run may fail and is then counted

@@ -2,9 +2,10 @@
 
 Each notebook has one code cell tagged ``parameters``. As papermill does, the test puts
 a cell with smaller values right after it, then runs the whole notebook with nbclient
-on the real local backend: every point is a real 2-worker job. It checks what a reader
-sees (each job's line, the plot, the table) and, from a last cell added for the test,
-the numbers behind the table.
+on the real local backend: in 02 every run is a real job; 03 trains its sweep in the
+kernel and checks it against one real 2-worker job. It checks what a reader sees (each
+job's line, the plots, the tables) and, from a last cell added for the test, the
+numbers behind the tables.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def run_notebook(
 
 
 def text_of(nb: nbformat.NotebookNode) -> str:
-    return "".join(
+    # one output a line at least: a figure's text/plain has no newline of its own
+    return "\n".join(
         o.get("text", "") or str(o.get("data", {}).get("text/plain", ""))
         for c in nb.cells
         if c.cell_type == "code"
@@ -83,7 +85,8 @@ def test_algorithms_notebook_runs_each_algorithm_as_a_job_and_plots(tmp_path: Pa
     nb, runs = run_notebook(
         NOTEBOOKS / "02_algorithms.ipynb",
         'ALGORITHMS = ["sync", "async", "bmuf", "easgd", "horovod"]\n'
-        "EPOCHS = 2\nSEEDS = [0]\nEVAL_EVERY = 5",
+        "EPOCHS = 2\nSEEDS = [0]\nEVAL_EVERY = 5\nPUSH_DELAYS = [0, 2]\n"
+        'WORKER_COUNTS = [1, 2]\nSCALING_ALGORITHMS = ["sync", "async"]\nSCALING_SEEDS = [0]',
         'runs.to_dict("records")',
         tmp_path,
     )
@@ -94,9 +97,13 @@ def test_algorithms_notebook_runs_each_algorithm_as_a_job_and_plots(tmp_path: Pa
         assert re.search(rf"^{name} +seed 0  job j\w+ succeeded in", shown, re.M), shown
     if not HAVE_HOROVOD:
         assert "horovod  skipped: Horovod cannot run here" in shown
-    assert_all_succeeded(len(trained))
-    assert len(pngs(nb)) == 1  # the 2x2 figure
+    assert re.search(r"^async, push delay  2, seed 0  job j\w+ succeeded in", shown, re.M)
+    for line in ("sync     x1", "sync     x2", "async    x2"):  # the throughput sweep
+        assert re.search(rf"^{line} seed 0  job j\w+ succeeded in", shown, re.M), shown
+    assert_all_succeeded(len(trained) + 1 + 3)
+    assert len(pngs(nb)) == 2  # accuracy against examples and time; staleness and scaling
     assert "final test accuracy" in shown and "examples/s, all ranks" in shown
+    assert "scaling efficiency" in shown
 
     assert [r["algorithm"] for r in runs] == trained
     steps = 2 * ((1437 + 1) // 2 // 32)  # 2 epochs of 719 samples a rank, batch 32
@@ -109,28 +116,47 @@ def test_algorithms_notebook_runs_each_algorithm_as_a_job_and_plots(tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_large_batch_notebook_runs_each_batch_and_rule_as_a_job_and_plots(
-    tmp_path: Path,
-) -> None:
-    nb, table = run_notebook(
+def test_large_batch_notebook_sweeps_checks_a_job_and_plots(tmp_path: Path) -> None:
+    nb, report = run_notebook(
         NOTEBOOKS / "03_large_batch.ipynb",
-        'GLOBAL_BATCHES = [64, 512]\nRULES = ["linear", "lars"]\nEPOCHS = 3\nSEEDS = [0]',
-        'table.to_dict("records")',
+        "SEEDS = [0, 1]\nTEACHER_TRAIN = 4096\nTEACHER_EVAL = 1000\nBUDGET = 2**13\n"
+        "BATCHES = [32, 256, 1024]\nREFERENCE_LRS = [0.1, 0.05]\nLR_POINTS = 2\n"
+        "EVAL_POINTS = 6\nDIGITS_BUDGET = 2**11\nDIGITS_BATCHES = [16, 128]\n"
+        "DIGITS_REFERENCE_LRS = [0.2, 0.1]\nABLATION_BATCH = 1024\n"
+        "WARMUP_FRACTIONS = [0, 1 / 4]\nLARS_LRS = [16, 32]\nLAMB_LRS = [0.04, 0.08]\n"
+        "CHECK_BATCH = 256\nCHECK_BUDGET = 2**11",
+        '{"table": teacher_table.to_dict("records"), "knee": int(teacher_knee),'
+        ' "lr0": float(teacher_lr0), "check": check, "arms": list(ablation.arm),'
+        ' "digits": digits_table.batch.tolist()}',
         tmp_path,
     )
     shown = text_of(nb)
-    for rule in ("linear", "lars"):
-        for batch in (64, 512):
-            assert re.search(rf"^{rule} +B= +{batch}  job j\w+ succeeded in", shown, re.M), shown
-    assert_all_succeeded(4)
-    assert len(pngs(nb)) == 1  # accuracy against the global batch
+    # the one real job: 2 workers, --global-batch 256, each rank 128 examples a step
+    assert re.search(r"^check B=256  job j\w+ succeeded in", shown, re.M), shown
+    assert_all_succeeded(1)
+    check = report["check"]
+    assert check["steps"] == 2**11 // 256
+    # the job, the kernel's run and the stacked models train the same model
+    assert check["max_diff_job"] < 1e-4 and check["max_diff_stacked"] < 1e-4, check
+    assert check["test_job"] == pytest.approx(check["test_kernel"], abs=1e-3)
+    assert check["test_stacked"] == pytest.approx(check["test_kernel"], abs=1e-3)
+    assert len(pngs(nb)) == 3  # teacher sweep, digits sweep, mitigations
 
-    points = {(r["rule"], r["batch"]): r for r in table}
-    assert set(points) == {("linear", 64), ("linear", 512), ("lars", 64), ("lars", 512)}
-    for (rule, batch), r in points.items():
-        # --global-batch B on 2 workers: each rank trained on B / 2
-        assert r["per_worker_batch"] == batch // 2, r
-        assert r["steps"] == 3 * (719 // (batch // 2)), r
-        assert r["peak_lr"] == pytest.approx((0.05 if rule == "linear" else 1.0) * batch / 32)
-        assert 0.0 <= r["accuracy_min"] <= r["accuracy_mean"] <= r["accuracy_max"] <= 1.0
-    assert points["linear", 64]["accuracy_mean"] > 0.8  # 3 epochs at the tuned rate learn
+    table = report["table"]
+    assert [r["batch"] for r in table] == [32, 256, 1024]
+    assert report["lr0"] in (0.1, 0.05)  # the reference batch's best rate, from its grid
+    for r in table:
+        assert r["steps"] == 2**13 // r["batch"]  # a fixed budget: nothing dropped
+        assert r["linear_lr"] == pytest.approx(report["lr0"] * r["batch"] / 32)
+        assert r["tuned_lo"] <= r["tuned_test"] <= r["tuned_hi"] and 0 <= r["tuned_test"] <= 1, r
+    assert report["knee"] in (32, 256, 1024)
+    assert report["digits"] == [16, 128]
+    assert report["arms"] == [
+        "SGD, warmup 0 steps",
+        "SGD, warmup 2 steps",
+        "LARS",
+        "LARS + warmup 1 steps",
+        "LAMB",
+        "LAMB + warmup 1 steps",
+        "LAMB, no trust ratio",
+    ]

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from alchemist import client
-from alchemist.diagnosis import stacks
+from alchemist.diagnosis import progress, stacks
 from tests.diagnosis.helpers import diagnose_until, line_of, logged, wait_for
 
 CELL = """
@@ -59,6 +59,14 @@ def stuck_job(submit: Callable[..., client.Job], algorithm: str, **options: obje
     wait_for(
         lambda: logged(job, 0, "rank 0 ready") and logged(job, 1, "rank 1 ready"), 180, "ready"
     )
+
+    def rank1_logged_step_2() -> bool:
+        # Rank 1 goes from logging step 2 straight into load_batch(3), which sleeps: a
+        # report before that can find it still in step 2's backward (seen in CI, Horovod).
+        mark = progress.read_progress(job.job_dir).get(1)
+        return mark is not None and mark.step >= 2
+
+    wait_for(rank1_logged_step_2, 120, "rank 1 at step 2")
     return job
 
 

@@ -388,20 +388,7 @@ def submit(
     except BaseException:
         shutil.rmtree(job_dir.root, ignore_errors=True)  # not a job: nothing was submitted
         raise
-    record = JobRecord(
-        id=job_id,
-        owner=owner,
-        name=spec.name,
-        backend=spec.backend,
-        state=JobState.PENDING.value,
-        reason=None,
-        created=time.time(),
-        started=None,
-        finished=None,
-        restarts=0,
-        spec=spec.to_dict(),
-        job_dir=str(job_dir.root),
-    )
+    record = pending_record(job_id, owner, spec, job_dir)
     # Beside the spec, so that a directory whose row was lost is indexed again.
     atomic_write_json(job_dir.record, _record_file(record))
     store = get_store()
@@ -424,6 +411,24 @@ def submit(
     job = Job(record)
     job.warnings = list(info.warnings)
     return job
+
+
+def pending_record(job_id: str, owner: str, spec: JobSpec, job_dir: JobDir) -> JobRecord:
+    """The job index row of a job just written to ``job_dir`` (batch job or session)."""
+    return JobRecord(
+        id=job_id,
+        owner=owner,
+        name=spec.name,
+        backend=spec.backend,
+        state=JobState.PENDING.value,
+        reason=None,
+        created=time.time(),
+        started=None,
+        finished=None,
+        restarts=0,
+        spec=spec.to_dict(),
+        job_dir=str(job_dir.root),
+    )
 
 
 def _safe_name(stem: str) -> str:

@@ -10,13 +10,12 @@ session from a batch job (:func:`kind_of`).
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Any
 
 from alchemist import config
 from alchemist.interactive.layout import SESSION_ENTRY, SessionDir
 from alchemist.jobdir import JobDir, atomic_write_json, make_private_dir
-from alchemist.spec import JobSpec, JobState, Resources
+from alchemist.spec import JobSpec, Resources
 
 
 def kind_of(spec: dict[str, Any]) -> str:
@@ -45,8 +44,8 @@ def session_spec(
 
 def create_session_job(spec: JobSpec, session_config: dict[str, Any]) -> JobDir:
     """Make the session's job directory (0700), its files and its row; returns the directory."""
-    from alchemist.client import _record_file, new_job_id
-    from alchemist.store import JobRecord, get_store
+    from alchemist.client import _record_file, new_job_id, pending_record
+    from alchemist.store import get_store
 
     job_id = "s" + new_job_id()[1:]
     job_dir = JobDir(config.jobs_root() / job_id)
@@ -55,20 +54,7 @@ def create_session_job(spec: JobSpec, session_config: dict[str, Any]) -> JobDir:
     make_private_dir(sd.root)
     atomic_write_json(job_dir.spec, spec.to_dict())
     atomic_write_json(sd.config, session_config)
-    record = JobRecord(
-        id=job_id,
-        owner=config.current_user(),
-        name=spec.name,
-        backend=spec.backend,
-        state=JobState.PENDING.value,
-        reason=None,
-        created=time.time(),
-        started=None,
-        finished=None,
-        restarts=0,
-        spec=spec.to_dict(),
-        job_dir=str(job_dir.root),
-    )
+    record = pending_record(job_id, config.current_user(), spec, job_dir)
     atomic_write_json(job_dir.record, {**_record_file(record), "kind": "session"})
     get_store().add(record)
     return job_dir

@@ -50,15 +50,7 @@ def setup_rank(job_dir: JobDir) -> int:
         f"[alchemist] session rank {rank}/{world} on {socket.gethostname()} device={ctx.device}",
         flush=True,
     )
-    from alchemist.metrics import reporter as reporter_mod
-
-    reporter_mod.set_reporter(reporter_mod.Reporter(job_dir, job_dir.job_id, rank))
-    try:
-        from alchemist.metrics import system
-
-        _sampler = system.start_sampler(reporter_mod.get_reporter())
-    except (ImportError, AttributeError):
-        _sampler = None
+    _sampler = worker.start_reporting(job_dir, rank)
     # Local ranks run in the notebook's folder (the supervisor's cwd): its modules import.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())

@@ -145,6 +145,21 @@ def _user_traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
 
 
+def start_reporting(job_dir: JobDir, rank: int) -> Any:
+    """Give this rank its metrics reporter and start its system sampler; returns the
+    sampler (to stop at the end), or None where it cannot run. A batch rank's and an
+    interactive session engine's set-up alike."""
+    from alchemist.metrics import reporter as reporter_mod
+
+    reporter_mod.set_reporter(reporter_mod.Reporter(job_dir, job_dir.job_id, rank))
+    try:
+        from alchemist.metrics import system
+
+        return system.start_sampler(reporter_mod.get_reporter())
+    except (ImportError, AttributeError):
+        return None
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m alchemist.runtime JOB_DIR", file=sys.stderr)
@@ -185,13 +200,7 @@ def main(argv: list[str]) -> int:
             + (f" attempt={attempt + 1}" if attempt else ""),
             flush=True,
         )
-        reporter_mod.set_reporter(reporter_mod.Reporter(job_dir, job_dir.job_id, rank))
-        try:
-            from alchemist.metrics import system
-
-            sampler = system.start_sampler(reporter_mod.get_reporter())
-        except (ImportError, AttributeError):
-            sampler = None
+        sampler = start_reporting(job_dir, rank)
 
         from alchemist.bundle import enter_workspace, load_bundle
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -281,9 +282,20 @@ def test_liveness_from_pid_files_processes_and_records(tmp_path: Path) -> None:
 def test_the_watchdog_file_starts_again_past_its_limit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A rank stuck for days must not fill the disk: past the limit (4 kB here) the
-    file starts again with the newest dump. (The watchdog runs in this test process.)"""
-    monkeypatch.setattr(hooks, "WATCHDOG_MAX_BYTES", 4000)
+    """A rank stuck for days must not fill the disk: past the limit (three dumps here)
+    the file starts again with the newest dump. (The watchdog runs in this test process,
+    whose thread count depends on the tests before it, so the limit is set from the size
+    of one dump: with a fixed 4 kB, one dump of a many-threaded process was larger than
+    the limit and the file could never shrink.)"""
+    measured: list[int] = []
+    measure = threading.Thread(
+        target=lambda: measured.append(len(hooks.all_thread_stacks("Timeout (0:00:00)!")))
+    )
+    measure.start()
+    measure.join()
+    one_dump = measured[0]
+    limit = 3 * one_dump
+    monkeypatch.setattr(hooks, "WATCHDOG_MAX_BYTES", limit)
     path = tmp_path / "watchdog.txt"
     dog = hooks._Watchdog(hooks._open_private(path), 0.02)
     sizes = [0]
@@ -296,6 +308,7 @@ def test_the_watchdog_file_starts_again_past_its_limit(
         wait_for(shrank, 30, "the file to start again")
     finally:
         dog.stop()
+        dog._thread.join(5)  # no dump half-written when the file is read
     largest_dump = max(len(d) for d in path.read_text().split(stacks.TIMEOUT_HEADER))
-    assert max(sizes) < 4000 + 2 * largest_dump + 1000, sizes
+    assert max(sizes) < limit + 2 * largest_dump + 1000, sizes
     assert path.read_text().startswith(stacks.TIMEOUT_HEADER)

@@ -65,6 +65,21 @@ def show(lines: list[tuple[int, str]], prefix: bool = True, file: TextIO | None 
         out.flush()
 
 
+class TextView:
+    """Where a cell's streamed lines show outside a notebook: printed with a prefix."""
+
+    def show(self, lines: list[tuple[int, str]]) -> None:
+        show(lines)
+
+    def close(self) -> None:
+        """The cell ended: nothing more will be shown."""
+
+
+def view(ranks: list[int]) -> TextView:
+    """Where a cell's streamed lines show."""
+    return TextView()
+
+
 def _notebook() -> bool:
     """Whether a Jupyter kernel runs this (a frontend that renders HTML and images)."""
     try:

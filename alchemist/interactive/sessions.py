@@ -400,12 +400,13 @@ class Session:
         self._cells += 1
         n = self._cells
         streams = output.RankStreams(self.job_dir, ranks)
+        view = output.view(ranks)  # where the lines show: text, or a widget in a notebook
         held: list[tuple[int, str]] = []
 
         def flush(final: bool = False) -> None:
             lines = streams.read(final=final)
             if stream:
-                output.show(lines)
+                view.show(lines)
             else:
                 held.extend(lines)
 
@@ -424,7 +425,7 @@ class Session:
                 self._wait_interrupted(ar, flush)
                 flush(final=True)
                 if held:
-                    output.show(sorted(held, key=lambda item: item[0]))
+                    view.show(sorted(held, key=lambda item: item[0]))
                 per_rank = self._outcomes(ar, ranks)[0] if ar.ready() else {}
                 self._record(n, code, ranks, "interrupted", per_rank, cell_id)
                 raise
@@ -433,8 +434,9 @@ class Session:
                 raise
             flush(final=True)
             if held:
-                output.show(sorted(held, key=lambda item: item[0]))
+                view.show(sorted(held, key=lambda item: item[0]))
         finally:
+            view.close()
             self._activity(busy=False)
         per_rank, failed = self._outcomes(ar, ranks)
         if not failed:

@@ -4,6 +4,8 @@ Each engine's output goes to its ``logs/rank-<r>.log`` (C-level and subprocess o
 too). A cell's output is what each log gained since the cell was sent: a
 :class:`RankStreams` remembers each log's size at that moment and hands out the new
 complete lines, in order per rank, until the cell ends (then the last partial line too).
+:func:`view` says where they show: in a notebook the rank-filterable widget of
+:mod:`alchemist.widgets.rank_output`, elsewhere printed lines with a ``[rank r]`` prefix.
 
 What a rank displays (``display()``) and its last expression's value come over
 ipyparallel's iopub channel instead, as mime bundles: :func:`show_values` prints their
@@ -15,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from alchemist.jobdir import JobDir
 
@@ -65,6 +67,16 @@ def show(lines: list[tuple[int, str]], prefix: bool = True, file: TextIO | None 
         out.flush()
 
 
+class View(Protocol):
+    """Where a cell's streamed lines show (:meth:`Session.run` feeds one per cell)."""
+
+    def show(self, lines: list[tuple[int, str]]) -> None:
+        """Show ``(rank, line)`` pairs; called many times, each rank's lines in order."""
+
+    def close(self) -> None:
+        """The cell ended (also when it failed or was interrupted): called once."""
+
+
 class TextView:
     """Where a cell's streamed lines show outside a notebook: printed with a prefix."""
 
@@ -75,9 +87,23 @@ class TextView:
         """The cell ended: nothing more will be shown."""
 
 
-def view(ranks: list[int]) -> TextView:
-    """Where a cell's streamed lines show."""
-    return TextView()
+#: Set to 1 to print a cell's lines as text in a notebook too, instead of the widget.
+TEXT_ENV = "ALCHEMIST_PX_TEXT"
+
+
+def view(ranks: list[int], session_id: str | None = None) -> View:
+    """Where a cell's streamed lines show: in a Jupyter kernel, the rank-filterable
+    widget (:class:`alchemist.widgets.rank_output.RankOutput`); elsewhere (plain Python,
+    a terminal IPython, ``ALCHEMIST_PX_TEXT=1``, no ipywidgets) printed lines."""
+    if os.environ.get(TEXT_ENV, "").strip() not in ("", "0") or not _notebook():
+        return TextView()
+    try:
+        import ipywidgets  # noqa: F401 - the widget is built from it
+    except ImportError:  # no ipywidgets: the lines are printed
+        return TextView()
+    from alchemist.widgets.rank_output import RankOutput
+
+    return RankOutput(ranks, session_id=session_id)
 
 
 def _notebook() -> bool:

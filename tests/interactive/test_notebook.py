@@ -18,6 +18,7 @@ from nbformat.v4 import new_code_cell
 from alchemist import client
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "04_interactive.ipynb"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 REPORT = """
 import json
@@ -46,6 +47,22 @@ def test_the_interactive_notebook_trains_in_a_session_and_promotes(tmp_path: Pat
     assert f"session {report['session']}: 2 ranks ready" in text
     assert "[rank 0] rank 0 of 2: 674 training images" in text
     assert "[rank 1] rank 1 of 2: 674 training images" in text
+    # Each %%alchemist_px cell shows its ranks' lines in one rank-output widget, whose
+    # display the cell's end updated with their text: what nbconvert and a notebook
+    # opened without widget state show. None of them came as printed streams.
+    px = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith("%%alchemist_px")]
+    widgets = [
+        [o for o in c.outputs if o.output_type == "display_data" and WIDGET_VIEW in o.data]
+        for c in px
+    ]
+    assert [len(w) for w in widgets] == [1] * len(px) and len(px) == 4
+    first = widgets[0][0].data["text/plain"].splitlines()
+    assert "[rank 0] rank 0 of 2: 674 training images" in first
+    assert "[rank 1] rank 1 of 2: 674 training images" in first
+    evaluated = widgets[3][0].data["text/plain"]  # the --targets 0 cell
+    assert "[rank 0] test accuracy after" in evaluated and "[rank 1]" not in evaluated
+    streams = "".join(o.get("text", "") for c in px for o in c.outputs if o.output_type == "stream")
+    assert "674 training images" not in streams and "test accuracy" not in streams
     # two training cells of one epoch each: two points, logged by every rank
     assert report["points"] == 2
     assert "[rank 0] Out: " in text and "[rank 1] test accuracy" not in text

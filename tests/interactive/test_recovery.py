@@ -73,17 +73,23 @@ def test_restart_of_a_broken_session_replays_only_the_cells_named(ip: Any, capsy
 
 
 def _kernel_output(kc: Any, code: str, timeout: float = 120) -> str:
-    """Run ``code`` in the kernel; its stdout and stderr, failing on an error."""
+    """Run ``code`` in the kernel; its stdout and stderr and the text of what it
+    displayed (a px cell's rank output widget, in its final form), failing on an error."""
     chunks: list[str] = []
+    displays: dict[str, str] = {}
 
     def hook(msg: dict[str, Any]) -> None:
-        if msg["msg_type"] == "stream":
-            chunks.append(msg["content"]["text"])
-        elif msg["msg_type"] == "error":
-            chunks.append("\n".join(msg["content"]["traceback"]))
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "stream":
+            chunks.append(content["text"])
+        elif kind == "error":
+            chunks.append("\n".join(content["traceback"]))
+        elif kind in ("display_data", "update_display_data"):
+            key = (content.get("transient") or {}).get("display_id") or str(len(displays))
+            displays[key] = str(content["data"].get("text/plain", "")) + "\n"
 
     reply = kc.execute_interactive(code, timeout=timeout, output_hook=hook)
-    text = ANSI.sub("", "".join(chunks))
+    text = ANSI.sub("", "".join(chunks) + "".join(displays.values()))
     assert reply["content"]["status"] == "ok", text
     return text
 

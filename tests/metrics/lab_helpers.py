@@ -106,3 +106,22 @@ POINTS_JS = """() => {
     const d = path.getAttribute('d') || '';
     return d ? (d.match(/L/g) || []).length + 1 : 0;
 }"""
+
+
+def lab_home(url: str) -> Path:
+    """The ``ALCHEMIST_HOME`` of the JupyterLab that the ``lab`` fixture started at
+    ``url``: where the jobs and sessions of its kernels live (to stop what a failed
+    test left running)."""
+    import urllib.parse
+
+    import psutil
+
+    port = urllib.parse.urlsplit(url).port
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            cmd = proc.info["cmdline"] or []
+            if "jupyterlab" in cmd and f"--port={port}" in cmd:
+                return Path(proc.environ()["ALCHEMIST_HOME"])
+        except (psutil.Error, KeyError):
+            continue
+    raise LookupError(f"no JupyterLab of the lab fixture serves {url}")

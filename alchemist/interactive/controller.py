@@ -1,6 +1,8 @@
 """The session's ipyparallel controller: ``python -m alchemist.interactive.controller JOB_DIR``.
 
-It listens on loopback only and writes its connection files into the session's
+On one machine it listens on loopback only; on Kubernetes it runs in rank 0's pod and
+listens there (``--location``: the pod's name that the other pods and the notebook
+dial; the namespace's NetworkPolicy admits only the user's own pods). It writes its connection files into the session's
 ``session/ipython/security/`` (0600, in folders made 0700 before it starts): they hold
 the key that signs every message, so only the session's owner can reach its engines.
 The job directory on the command line lets the session's supervisor (and
@@ -16,10 +18,14 @@ from alchemist.interactive.layout import SessionDir
 from alchemist.jobdir import JobDir, make_private_dir
 
 
-def controller_argv(sd: SessionDir) -> list[str]:
+def controller_argv(sd: SessionDir, location: str | None = None) -> list[str]:
+    """The controller's flags: on loopback, or, given the ``location`` that engines and
+    the notebook dial (rank 0's pod name under the headless Service), on every interface
+    of rank 0's pod."""
+    where = ["--ip=127.0.0.1"] if location is None else ["--ip=*", f"--location={location}"]
     return [
         f"--profile-dir={sd.profile}",
-        "--ip=127.0.0.1",
+        *where,
         # Schedulers as threads, not seven more processes on a small machine.
         "--IPController.use_threads=True",
         # An engine joins at the hub's first heartbeat after it registers: at ipyparallel's
@@ -33,11 +39,13 @@ def controller_argv(sd: SessionDir) -> list[str]:
 
 
 def main(argv: list[str]) -> None:
+    """``JOB_DIR [--location=HOST]`` (see :func:`controller_argv`)."""
     sd = SessionDir(JobDir(Path(argv[0])))
+    location = next((a.split("=", 1)[1] for a in argv[1:] if a.startswith("--location=")), None)
     make_private_dir(sd.security)
     from ipyparallel.controller.app import IPController
 
-    IPController.launch_instance(argv=controller_argv(sd))
+    IPController.launch_instance(argv=controller_argv(sd, location))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,11 @@
 """One rank of a session: ``python -m alchemist.interactive.engine JOB_DIR RANK``.
 
+On Kubernetes each rank is a pod of the session's Indexed Job, run as ``... JOB_DIR
+$(JOB_COMPLETION_INDEX) --master-addr=<job>-0.<job> --master-port=P``: it takes its
+environment from the session's config (:func:`pod_setup`), rank 0's pod serves the
+store and the controller (:class:`PodHost`), and every pod ends itself when asked to
+stop (:func:`watch_pod`).
+
 Before it registers with the controller (so before the first cell), the engine sets
 itself up exactly as a batch rank does (:mod:`alchemist.runtime.worker`, whose pieces
 it calls): output to ``logs/rank-<r>.log``, its pid file, the flight recorder and the
@@ -107,8 +113,101 @@ def engine_argv(sd: SessionDir, rank: int) -> list[str]:
     ]
 
 
+#: Seconds between two looks of a pod's engine at the stop marker (and the idle clock).
+POD_WATCH_S = 0.5
+
+
+class PodHost:
+    """What rank 0's pod serves on Kubernetes besides its engine: the session's
+    rendezvous store (every interface, the port of the Job's headless Service) and the
+    ipyparallel controller (:mod:`alchemist.interactive.controller`, on every interface,
+    dialled at ``location``). The other pods and the notebook reach both; the namespace's
+    NetworkPolicy admits only the user's own pods, and every controller message is
+    signed with the key in the session's 0600 connection files."""
+
+    def __init__(self, job_dir: JobDir, port: int, location: str) -> None:
+        import subprocess
+
+        import torch.distributed as dist
+
+        # The store first: the other ranks dial it as soon as they start.
+        self.store = dist.TCPStore(
+            "127.0.0.1", port, is_master=True, wait_for_workers=False, use_libuv=True
+        )
+        self.controller = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "alchemist.interactive.controller",
+                str(job_dir.root),
+                f"--location={location}",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=open(job_dir.launcher_log, "ab"),  # noqa: SIM115 - the child's
+            stderr=subprocess.STDOUT,
+        )
+
+    def stop(self) -> None:
+        import subprocess
+
+        self.controller.terminate()
+        try:
+            self.controller.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.controller.kill()
+            self.controller.wait()
+
+
+def watch_pod(sd: SessionDir, cfg: dict[str, Any], rank: int) -> None:
+    """A pod's engine ends itself, with status 0, when the session is asked to stop (the
+    stop marker on the shared volume); when every pod ended so the Job completes. Rank
+    0 also keeps the idle clock: it warns in ``session/notice`` and, past the grace,
+    writes the stop marker with the reason."""
+    import signal
+
+    from alchemist.interactive.idle import IdleClock
+
+    clock = IdleClock(sd, cfg)
+    while True:
+        time.sleep(POD_WATCH_S)
+        if sd.stop_marker.exists():
+            os.kill(os.getpid(), signal.SIGTERM)  # ends the engine's loop, then teardown
+            return
+        if rank != 0:
+            continue
+        what, text = clock.tick()
+        if what == "warn":
+            sd.notice.write_text(text or "")
+        elif what == "clear":
+            sd.notice.unlink(missing_ok=True)
+        elif what == "stop":
+            sd.stop_marker.write_text(json.dumps({"state": "cancelled", "reason": text}))
+
+
+def pod_setup(job_dir: JobDir, argv: list[str]) -> PodHost | None:
+    """Set up a pod's engine (``--master-addr=`` and ``--master-port=`` in ``argv``): the
+    rank's environment from the session's config, rank 0's :class:`PodHost`, and the
+    stop watch. Returns the host on rank 0."""
+    import threading
+
+    from alchemist.interactive.supervisor import rank_env
+
+    opts = dict(a[2:].split("=", 1) for a in argv if a.startswith("--") and "=" in a)
+    rank, port, addr = int(argv[0]), int(opts["master-port"]), opts["master-addr"]
+    sd = SessionDir(job_dir)
+    cfg = json.loads(sd.config.read_text())
+    os.environ.update(rank_env(cfg, job_dir, rank, port, master_addr=addr, pod=True))
+    host = PodHost(job_dir, port, addr) if rank == 0 else None
+    threading.Thread(target=watch_pod, args=(sd, cfg, rank), daemon=True).start()
+    return host
+
+
 def main(argv: list[str]) -> None:
+    """``JOB_DIR RANK``, plus ``--master-addr=HOST --master-port=PORT`` in a pod."""
     job_dir = JobDir(Path(argv[0]))
+    host = (
+        pod_setup(job_dir, argv[1:]) if any(a.startswith("--master-addr=") for a in argv) else None
+    )
     rank = setup_rank(job_dir)
     sd = SessionDir(job_dir)
     wait_for_connection_file(sd, float(json.loads(sd.config.read_text())["start_timeout"]))
@@ -123,6 +222,22 @@ def main(argv: list[str]) -> None:
                 hook.topic = f"engine.{self.id}.execute_result".encode("ascii")
                 sys.displayhook = hook
             self.kernel.shell.displayhook.topic = f"engine.{self.id}.execute_result".encode("ascii")
+            # The kernel now exists and has not started: add the signal handler.
+            self.kernel.control_handlers["signal_request"] = self._signal_request
+
+        def _signal_request(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
+            """``Client.send_signal`` reaches the engine itself (ipyparallel's nanny,
+            which would serve it, is off): on Kubernetes the notebook cannot signal a
+            pod, so interrupts come this way, served by the engine's control thread
+            while a cell runs in the main thread."""
+            import signal
+
+            sig = parent["content"]["sig"]
+            sig = getattr(signal, sig) if isinstance(sig, str) else int(sig)
+            os.kill(os.getpid(), sig)
+            self.kernel.session.send(
+                stream, "signal_reply", content={"status": "ok"}, parent=parent, ident=ident
+            )
 
         def restore_output(self) -> None:
             pass
@@ -135,6 +250,8 @@ def main(argv: list[str]) -> None:
             raise
     finally:
         teardown(job_dir, rank)
+        if host is not None:
+            host.stop()
 
 
 if __name__ == "__main__":

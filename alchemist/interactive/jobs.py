@@ -1,7 +1,7 @@
 """A session as a job of kind ``session``: its job directory and its row in the index.
 
 A session is recorded as a batch job is (``spec.json``, ``record.json``, a row in the
-job store, backend ``local``), so ``alchemist jobs``, the REST API and the panel list
+job store, its backend's), so ``alchemist jobs``, the REST API and the panel list
 it, and ``alchemist logs``/``metrics``/``cancel`` work on it. Its spec's ``entry`` is
 ``session`` (what its ranks run: cells, one at a time), which is how a reader tells a
 session from a batch job (:func:`kind_of`).
@@ -24,7 +24,11 @@ def kind_of(spec: dict[str, Any]) -> str:
 
 
 def session_spec(
-    workers: int, gpus_per_worker: int, name: str | None, env: dict[str, str]
+    workers: int,
+    gpus_per_worker: int,
+    name: str | None,
+    env: dict[str, str],
+    backend: str = "local",
 ) -> JobSpec:
     """The spec of a session: validated as a batch job's (name, sizes, env), then its
     entry set to ``session``.
@@ -36,7 +40,7 @@ def session_spec(
         name=name or "session",
         workers=workers,
         resources=Resources(gpus=gpus_per_worker),
-        backend="local",
+        backend=backend,
         env=dict(env),
     ).validate()
     return dataclasses.replace(spec, entry=SESSION_ENTRY)

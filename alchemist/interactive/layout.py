@@ -8,11 +8,13 @@ A session is a job of kind ``session``: besides the job directory's usual files
     session/ipython/security/    the controller's connection files (0600; they hold the key)
     session/transcript.jsonl     one record per %%alchemist_px cell (for promote)
     session/activity.json        the last cell's start or end, and whether one runs (idle timeout)
-    session/stop-requested       asks the session's supervisor to stop the engines
+    session/notice               on Kubernetes, rank 0's idle warning to the notebook
+    session/stop-requested       asks the session's supervisor (local) or engines (pods) to stop
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,5 +66,29 @@ class SessionDir:
         return self.root / "activity.json"
 
     @property
+    def notice(self) -> Path:
+        """On Kubernetes, rank 0's warning to the notebook (the idle timeout's)."""
+        return self.root / "notice"
+
+    @property
     def stop_marker(self) -> Path:
         return self.root / STOP_MARKER
+
+
+def read_stop(marker: Path) -> tuple[str, str]:
+    """How a session asked to stop ends: ``(state, reason)`` from its stop marker.
+
+    An empty marker is the user's stop (``succeeded``); a JSON object names the state
+    and reason (an idle session's engines stopping themselves: ``cancelled``); any
+    other text is why the notebook gave up on a session that did not start (``failed``).
+    """
+    text = marker.read_text().strip()
+    if not text:
+        return "succeeded", "stopped by the user"
+    if text.startswith("{"):
+        try:
+            d = json.loads(text)
+            return str(d["state"]), str(d["reason"])
+        except (ValueError, KeyError, TypeError):
+            pass
+    return "failed", text

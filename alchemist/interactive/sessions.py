@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from alchemist.interactive import output, rankside, transcript
+from alchemist.interactive.engines import engines_for
 from alchemist.interactive.errors import CellFailed, SessionBroken, SessionError
 from alchemist.interactive.jobs import create_session_job, session_spec
 from alchemist.interactive.layout import SessionDir
@@ -101,6 +100,7 @@ class Session:
         self.job_dir = job_dir
         self.dirs = SessionDir(job_dir)
         self.config: dict[str, Any] = json.loads(self.dirs.config.read_text())
+        self.engines = engines_for(job_dir, str(self.config.get("backend") or "local"))
         self._client: Any = None
         self._suspect = False  # an interrupted or failed cell: check the ranks first
         self._pending: Any = None  # an interrupted cell some rank still runs
@@ -151,9 +151,15 @@ class Session:
                 f"session {_current.id} ({_current.world_size} ranks) is already running:"
                 " use it, or stop it first with %alchemist_session stop"
             )
-        if backend != "local":
+        if backend not in ("local", "kubernetes"):
             raise SessionError(
-                f"sessions run on the local backend only for now, not --backend {backend}"
+                f"sessions run on the local or the kubernetes backend, not --backend {backend}"
+            )
+        if backend == "kubernetes" and gpus_per_worker > 1:
+            raise SessionError(
+                "on Kubernetes a session's rank is a pod with one GPU: ask for"
+                f" -n {workers * gpus_per_worker} --gpus-per-worker 1 instead of"
+                f" -n {workers} --gpus-per-worker {gpus_per_worker}"
             )
         for flag, value in (
             ("--collective-timeout", collective_timeout),
@@ -165,10 +171,22 @@ class Session:
         from alchemist.errors import SpecError
 
         try:
-            spec = session_spec(workers, gpus_per_worker, name, env or {})
+            spec = session_spec(workers, gpus_per_worker, name, env or {}, backend)
         except SpecError as e:
             raise SessionError(str(e)) from None
-        from alchemist.backends.local.backend import _loopback_interface
+        from alchemist.backends import get_backend
+        from alchemist.backends.local.backend import LocalBackend, _loopback_interface
+
+        admission = None
+        local = get_backend("local")
+        if backend == "local" and isinstance(local, LocalBackend):
+            from alchemist.config import current_user
+            from alchemist.errors import CapacityError
+
+            try:  # the ranks take the machine's CPU slots and GPUs, as a batch job's do
+                admission = local.admission(spec, current_user())
+            except CapacityError as e:
+                raise SessionError(str(e)) from None
 
         cfg = {
             "workers": workers,
@@ -179,14 +197,19 @@ class Session:
             "idle_timeout": float(idle_timeout) if idle_timeout else None,
             # The warning comes this long before the stop: a tenth of the timeout, at most a minute.
             "idle_grace": min(IDLE_GRACE_S, float(idle_timeout) / 10) if idle_timeout else None,
-            "cwd": os.getcwd(),
+            # Pods start in the job directory, as a batch job's do (the notebook's folder
+            # is not theirs); local ranks in the notebook's folder.
+            "cwd": os.getcwd() if backend == "local" else None,
             "env": dict(env or {}),
             "name": spec.name,
-            "loopback_if": _loopback_interface(),
+            "backend": backend,
+            "loopback_if": _loopback_interface() if backend == "local" else None,
+            "admission": admission,
         }
         job_dir = create_session_job(spec, cfg)
         self = cls(job_dir)
-        self._launch()
+        self._activity(busy=True)  # starting: the idle timer runs from when it is ready
+        self.engines.launch()  # SessionError when the backend refuses (nothing runs then)
         try:
             self._wait_ready(float(start_timeout))
         except SessionError as e:
@@ -198,29 +221,20 @@ class Session:
         _current = self
         return self
 
-    def _launch(self) -> None:
-        jd = self.job_dir
-        log = open(jd.launcher_log, "ab")  # noqa: SIM115 - handed to the child
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "alchemist.interactive.supervisor", str(jd.root)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=jd.root,
-                start_new_session=True,  # the session outlives the kernel
-                close_fds=True,
-            )
-        finally:
-            log.close()
-        (jd.pids / "launcher.pid").write_text(str(proc.pid))
-        self._supervisor = proc
-        self._activity(busy=True)  # starting: the idle timer runs from when it is ready
-
     def _wait_ready(self, timeout: float) -> None:
+        """Wait until every engine registered; time spent queued (waiting for the
+        machine's CPU slots or GPUs) does not count against ``timeout``."""
         deadline = time.monotonic() + timeout
+        shown = None
         while True:
-            st = self.job_dir.read_state() or {}
+            st = self.engines.state()
+            if st.get("state") == "queued":
+                if st.get("reason") != shown:
+                    shown = st.get("reason")
+                    print(f"[alchemist] session {self.id} queued: {shown}", flush=True)
+                deadline = time.monotonic() + timeout
+                time.sleep(0.2)
+                continue
             if st.get("state") in ("failed", "cancelled", "succeeded"):
                 raise SessionError(
                     f"session {self.id} did not start: {st.get('reason')}{self._last_log_line()}"
@@ -231,9 +245,12 @@ class Session:
                 break
             if time.monotonic() > deadline:
                 up = len(self._client.ids) if self._client is not None else 0
+                pending = st.get("reason") if st.get("state") == "pending" else None
                 raise SessionError(
                     f"session {self.id}: {up} of {self.world_size} engines came up within"
-                    f" {timeout:g} s (--start-timeout); nothing was left running"
+                    f" {timeout:g} s (--start-timeout)"
+                    + (f" ({pending})" if pending else "")
+                    + "; nothing was left running"
                     + self._last_log_line()
                 )
             time.sleep(0.1)
@@ -289,20 +306,20 @@ class Session:
 
     # -- state -----------------------------------------------------------------------------
     def _state(self) -> str:
-        return str((self.job_dir.read_state() or {}).get("state", "pending"))
+        return str(self.engines.state().get("state", "pending"))
 
     def _state_line(self) -> str:
-        st = self.job_dir.read_state() or {}
+        st = self.engines.state()
         reason = st.get("reason")
         return str(st.get("state", "pending")) + (f" ({reason})" if reason else "")
 
     def running(self) -> bool:
         """Whether the session's engines run (it was neither stopped nor broken)."""
-        return self._state() in ("pending", "running")
+        return self._state() in ("pending", "queued", "running")
 
     def _check_usable(self) -> None:
         """Raise unless the session's engines run."""
-        st = self.job_dir.read_state() or {}
+        st = self.engines.state()
         state = st.get("state")
         if state == "failed":
             self._close()
@@ -322,15 +339,9 @@ class Session:
 
     def status(self) -> dict[str, Any]:
         """The session's state, ranks, cells and files, as a dict (the magic prints it)."""
-        st = self.job_dir.read_state() or {}
+        st = self.engines.state(fresh=True)
         records = transcript.read(self.dirs.transcript)
-        alive = []
-        for r in self.ranks:
-            from alchemist.backends.local.procs import alive as pid_alive
-            from alchemist.backends.local.procs import read_pid
-
-            if pid_alive(read_pid(self.job_dir.pids / f"rank-{r}.pid")):
-                alive.append(r)
+        alive = self.engines.alive(self.ranks)
         try:
             activity = json.loads(self.dirs.activity.read_text())
         except (OSError, ValueError):
@@ -348,6 +359,7 @@ class Session:
             "collective_timeout": self.config["collective_timeout"],
             "idle_timeout": self.config.get("idle_timeout"),
             "job_dir": str(self.job_dir.root),
+            "backend": self.engines.backend,
         }
 
     # -- cells -----------------------------------------------------------------------------
@@ -382,8 +394,9 @@ class Session:
     ) -> CellResult:
         """Run ``code`` on the target ranks (default: all), state kept between cells.
 
-        Output is printed with a ``[rank r]`` prefix, as it comes (``stream``) or rank
-        after rank at the end. Then, rank after rank, what each displayed (``display()``)
+        Output is shown with a ``[rank r]`` prefix, as it comes (``stream``) or rank
+        after rank at the end: printed, or in a notebook in a rank-filterable widget
+        (:mod:`alchemist.widgets.rank_output`). Then, rank after rank, what each displayed (``display()``)
         and its last expression's value (``[rank r] Out: ...``; HTML and images are
         displayed in a notebook).
 
@@ -400,7 +413,7 @@ class Session:
         self._cells += 1
         n = self._cells
         streams = output.RankStreams(self.job_dir, ranks)
-        view = output.view(ranks)  # where the lines show: text, or a widget in a notebook
+        view = output.view(ranks, self.id)  # text, or a rank-filterable widget in a notebook
         held: list[tuple[int, str]] = []
 
         def flush(final: bool = False) -> None:
@@ -512,15 +525,7 @@ class Session:
         """Send SIGINT to the ranks (default: all): Python code there raises
         ``KeyboardInterrupt``; a rank blocked in a gloo collective stays blocked until
         the collective timeout (gloo ignores signals)."""
-        from alchemist.backends.local.procs import read_pid
-
-        for r in ranks if ranks is not None else self.ranks:
-            pid = read_pid(self.job_dir.pids / f"rank-{r}.pid")
-            if pid:
-                try:
-                    os.kill(pid, signal.SIGINT)
-                except ProcessLookupError:
-                    pass
+        self.engines.interrupt(self._client, ranks if ranks is not None else self.ranks)
 
     def _wait_interrupted(self, ar: Any, flush: Any) -> None:
         """Give interrupted ranks :data:`INTERRUPT_GRACE_S` to stop; name those that did not."""
@@ -568,7 +573,7 @@ class Session:
         """The hang diagnosis report of the session's ranks (:mod:`alchemist.diagnosis`)."""
         from alchemist.diagnosis import report
 
-        st = self.job_dir.read_state() or {}
+        st = self.engines.state()
         return dict(
             report.diagnose(
                 self.job_dir,
@@ -576,7 +581,7 @@ class Session:
                 state=str(st.get("state", "running")),
                 reason=st.get("reason"),
                 world_size=self.world_size,
-                backend="local",
+                backend=self.engines.backend,
                 timeout=timeout,
             )
         )
@@ -667,44 +672,15 @@ class Session:
 
     def stop(self) -> None:
         """Stop the engines and the controller; idempotent. The job ends ``succeeded``."""
-        from alchemist.backends.local.procs import alive, read_pid
-
         self._close()
-        if self.running():
-            self.dirs.stop_marker.touch()
-        launcher = read_pid(self.job_dir.pids / "launcher.pid")
-        deadline = time.monotonic() + 15
-        while alive(launcher) and time.monotonic() < deadline:
-            self._reap()
-            time.sleep(0.05)
-        self._kill()
+        self.engines.stop(self.running())
         self._reconcile()
-
-    def _reap(self) -> None:
-        proc = getattr(self, "_supervisor", None)
-        if proc is not None:
-            proc.poll()
 
     def _kill(self, reason: str = "") -> None:
         """Stop whatever of the session still runs, and mark it ended if nobody did
         (``reason``: it failed so)."""
-        from alchemist.backends.local.procs import job_processes, read_pid, terminate
-
         self._close()
-        if self.running():
-            self.dirs.stop_marker.write_text(reason)
-            launcher = read_pid(self.job_dir.pids / "launcher.pid")
-            from alchemist.backends.local.procs import alive
-
-            deadline = time.monotonic() + 10
-            while alive(launcher) and time.monotonic() < deadline:
-                self._reap()
-                time.sleep(0.05)
-        launcher = read_pid(self.job_dir.pids / "launcher.pid")
-        left = job_processes(self.job_dir.root, [launcher] if launcher else [])
-        if left:
-            terminate(left, grace=2.0)
-        self._reap()
+        self.engines.kill(reason, running=self.running())
         if self.running():
             self.job_dir.write_state(
                 state="failed", reason=reason or "the session did not start", finished=time.time()
@@ -736,6 +712,7 @@ class Session:
             int(cfg["workers"]),
             gpus_per_worker=int(cfg["gpus_per_worker"]),
             name=cfg.get("name"),
+            backend=str(cfg.get("backend") or "local"),
             idle_timeout=cfg.get("idle_timeout"),
             collective_timeout=float(cfg["collective_timeout"]),
             start_timeout=float(cfg["start_timeout"]),

@@ -4,6 +4,8 @@ Like a batch job's supervisor (:mod:`alchemist.backends.local.supervisor`) it ru
 session of its own, so the engines outlive the kernel that started them, and it writes
 the job's ``state.json``. It
 
+0. waits in the machine's queue (:mod:`alchemist.backends.local.admission`) for its CPU
+   slots and GPUs, as a batch job does (state ``queued`` with the reason meanwhile),
 1. starts the rendezvous store on loopback (:func:`alchemist.backends.launch.loopback_store`),
 2. starts the ipyparallel controller on loopback (``python -m
    alchemist.interactive.controller JOB_DIR``), whose connection files land 0600 in the
@@ -37,7 +39,9 @@ from typing import Any
 from alchemist import outcomes
 from alchemist.backends.launch import LOOPBACK, loopback_socket, store_on
 from alchemist.backends.local.procs import CANCEL_MARKER, job_processes, terminate
-from alchemist.interactive.layout import SessionDir
+from alchemist.backends.local.supervisor import queue_of, wait_for_admission
+from alchemist.interactive.idle import IdleClock
+from alchemist.interactive.layout import SessionDir, read_stop
 from alchemist.jobdir import JobDir
 
 #: Seconds between two looks at the engines.
@@ -53,22 +57,35 @@ def died(rank: int, code: int) -> str:
     return f"rank {rank} exited with status {code}"
 
 
-def rank_env(cfg: dict[str, Any], job_dir: JobDir, rank: int, port: int) -> dict[str, str]:
+def rank_env(
+    cfg: dict[str, Any],
+    job_dir: JobDir,
+    rank: int,
+    port: int,
+    master_addr: str = LOOPBACK,
+    pod: bool = False,
+    gpus: list[int] | None = None,
+) -> dict[str, str]:
     """The environment of rank ``rank``'s engine: what torchrun and the local backend give
     a batch rank (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_*``, the agent-store
     flag that makes :func:`alchemist.runtime.worker._attempt_store` use the store on an
     attempt prefix, ``GLOO_SOCKET_IFNAME``, per-rank ``CUDA_VISIBLE_DEVICES``), plus the
-    session's collective timeout. The user's ``env`` comes first; the runtime's wins."""
+    session's collective timeout. The user's ``env`` comes first; the runtime's wins.
+
+    ``pod``: the rank is a pod of its own (Kubernetes): it is local rank 0 of a node of
+    one, its store is served by rank 0's pod at ``master_addr``, and its devices are the
+    ones the device plugin gave the pod. ``gpus``: the devices the machine's queue
+    granted the session, one per rank."""
     world = int(cfg["world_size"])
     env = {**os.environ, **cfg.get("env", {})}
     env.update(
         {
             "RANK": str(rank),
             "WORLD_SIZE": str(world),
-            "LOCAL_RANK": str(rank),
-            "LOCAL_WORLD_SIZE": str(world),
-            "GROUP_RANK": "0",
-            "MASTER_ADDR": LOOPBACK,
+            "LOCAL_RANK": "0" if pod else str(rank),
+            "LOCAL_WORLD_SIZE": "1" if pod else str(world),
+            "GROUP_RANK": str(rank) if pod else "0",
+            "MASTER_ADDR": master_addr,
             "MASTER_PORT": str(port),
             "TORCHELASTIC_USE_AGENT_STORE": "True",
             "TORCHELASTIC_RESTART_COUNT": "0",
@@ -82,10 +99,12 @@ def rank_env(cfg: dict[str, Any], job_dir: JobDir, rank: int, port: int) -> dict
     )
     # An idle engine is no stalled rank: the stall watchdog stays off unless asked for.
     env.setdefault("ALCHEMIST_WATCHDOG_S", "0")
+    if pod:
+        return env
     if cfg.get("loopback_if"):
         env.setdefault("GLOO_SOCKET_IFNAME", cfg["loopback_if"])
     if int(cfg.get("gpus_per_worker") or 0) > 0:
-        env["CUDA_VISIBLE_DEVICES"] = str(rank)
+        env["CUDA_VISIBLE_DEVICES"] = str(gpus[rank] if gpus else rank)
         env["LOCAL_RANK"] = "0"  # the one device it sees is cuda:0
     return env
 
@@ -110,8 +129,17 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, on_signal)
     procs: dict[str, subprocess.Popen[bytes]] = {}
     final = {"state": "failed", "reason": "the session's supervisor failed"}
+    queue = queue_of(cfg)
     try:
-        final = _run(job_dir, sd, cfg, procs, signalled)
+        granted: list[int] | None = []
+        if queue is not None:
+            # Ranks hold CPU slots and GPUs as a batch job's do: wait in the same queue.
+            granted = wait_for_admission(
+                job_dir, cfg, queue, lambda: bool(signalled) or sd.stop_marker.exists()
+            )
+            if granted is None:
+                _check(job_dir, sd, procs, signalled)  # raises with the state it asked for
+        final = _run(job_dir, sd, cfg, procs, signalled, granted or [])
     except _Stop as stop:
         final = {"state": stop.state, "reason": stop.reason}  # type: ignore[dict-item]
     except Exception as e:  # said in the launcher log and the state
@@ -119,6 +147,8 @@ def main(argv: list[str]) -> int:
         final = {"state": "failed", "reason": f"the session's supervisor failed: {e}"}
     finally:
         _stop_all(job_dir, procs)
+        if queue is not None:
+            queue.release(job_dir.job_id)  # before the state says it ended (as a batch job)
         job_dir.write_state(finished=time.time(), **final)
     return 0
 
@@ -162,8 +192,7 @@ def _check(
         raise _Stop("cancelled", "cancelled by the user")
     if sd.stop_marker.exists():
         # A reason in the marker: the notebook gave up on the session (it did not start).
-        why = sd.stop_marker.read_text().strip()
-        raise _Stop("failed", why) if why else _Stop("succeeded", "stopped by the user")
+        raise _Stop(*read_stop(sd.stop_marker))
     for name, proc in procs.items():
         code = proc.poll()
         if code is None:
@@ -180,6 +209,7 @@ def _run(
     cfg: dict[str, Any],
     procs: dict[str, subprocess.Popen[bytes]],
     signalled: list[int],
+    gpus: list[int],
 ) -> dict[str, Any]:
     cwd = cfg.get("cwd") or str(job_dir.root)
     base_env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -199,7 +229,7 @@ def _run(
         procs[f"rank-{rank}"] = _spawn(
             ["-m", "alchemist.interactive.engine", str(job_dir.root), str(rank)],
             job_dir.rank_log(rank),
-            rank_env(cfg, job_dir, rank, port),
+            rank_env(cfg, job_dir, rank, port, gpus=gpus),
             cwd,
         )
     # The store lives as long as this process: the ranks' process group meets on it.
@@ -217,43 +247,18 @@ def _run(
     job_dir.write_state(
         state="running", reason=None, started=time.time(), supervisor_pid=os.getpid()
     )
-    warned_at: float | None = None
-    idle_timeout = cfg.get("idle_timeout")
-    grace = float(cfg.get("idle_grace") or 60.0)
+    clock = IdleClock(sd, cfg)
     while True:
         _check(job_dir, sd, procs, signalled)
-        if idle_timeout:
-            idle = _idle_seconds(sd)
-            if idle is None or idle < idle_timeout:
-                if warned_at is not None:
-                    warned_at = None
-                    job_dir.write_state(reason=None)
-            elif warned_at is None:
-                warned_at = time.time()
-                job_dir.write_state(
-                    reason=f"idle for {idle:.0f} s: the engines stop in {grace:.0f} s"
-                    " unless a cell runs (--idle-timeout)"
-                )
-            elif time.time() - warned_at >= grace:
-                raise _Stop(
-                    "cancelled",
-                    f"stopped after {idle_timeout:g} s idle (--idle-timeout): the engines"
-                    " were freed; start a new session",
-                )
+        what, text = clock.tick()
+        if what == "warn":
+            job_dir.write_state(reason=text)
+        elif what == "clear":
+            job_dir.write_state(reason=None)
+        elif what == "stop":
+            raise _Stop("cancelled", text)
         time.sleep(POLL_S)
     del store  # pragma: no cover
-
-
-def _idle_seconds(sd: SessionDir) -> float | None:
-    """Seconds since the last cell ended; None while one runs."""
-    try:
-        activity = json.loads(sd.activity.read_text())
-    except (OSError, ValueError):
-        activity = {}
-    if activity.get("busy"):
-        return None
-    since = float(activity.get("time") or sd.config.stat().st_mtime)
-    return time.time() - since
 
 
 if __name__ == "__main__":

@@ -54,3 +54,32 @@ def wait_for(predicate: Any, timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.05)
+
+
+def assert_guessed_key_refused(
+    client_file: Path, marker: Path, location: str | None = None
+) -> None:
+    """As ``nobody``, dial the session's controller with everything of the connection
+    file but the key (a guessed one), at ``location`` if given, and try to make the
+    ranks write ``marker``: the client must be refused and the file never written."""
+    import json
+    import sys
+
+    from tests.core.helpers import as_nobody
+
+    info = json.loads(client_file.read_text())
+    info["key"] = "0" * len(info["key"])  # everything but the secret
+    if location is not None:
+        info["location"] = location
+    probe = (
+        "import json, sys, ipyparallel as ipp\n"
+        "try:\n"
+        "    c = ipp.Client(json.loads(sys.argv[1]), timeout=5)\n"
+        "    c[:].execute(f'open({sys.argv[2]!r}, \"w\")', block=True)\n"
+        "    print('ran')\n"
+        "except Exception as e:\n"
+        "    print('refused', type(e).__name__)\n"
+    )
+    attempt = as_nobody(sys.executable, "-c", probe, json.dumps(info), str(marker))
+    assert attempt.stdout.strip().startswith("refused"), attempt
+    assert not marker.exists()

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from tests.interactive.conftest import assert_guessed_key_refused
+
 LOG_CELL = """
 import alchemist
 ctx = alchemist.context()
@@ -139,18 +141,4 @@ def test_another_user_cannot_reach_the_controller(started: Any) -> None:
         str(s.dirs.client_file),
     )
     assert read.stdout.strip() == "denied PermissionError", read
-    info = json.loads(s.dirs.client_file.read_text())
-    info["key"] = "0" * len(info["key"])  # everything but the secret
-    marker = s.job_dir.root.parent / "pwned"
-    probe = (
-        "import json, sys, ipyparallel as ipp\n"
-        "try:\n"
-        "    c = ipp.Client(json.loads(sys.argv[1]), timeout=5)\n"
-        "    c[:].execute(f'open({sys.argv[2]!r}, \"w\")', block=True)\n"
-        "    print('ran')\n"
-        "except Exception as e:\n"
-        "    print('refused', type(e).__name__)\n"
-    )
-    attempt = as_nobody(sys.executable, "-c", probe, json.dumps(info), str(marker))
-    assert attempt.stdout.strip().startswith("refused"), attempt
-    assert not marker.exists()
+    assert_guessed_key_refused(s.dirs.client_file, s.job_dir.root.parent / "pwned")

@@ -21,6 +21,7 @@ from traitlets.config import Config
 from alchemist.backends.api import JobRequest
 from alchemist.backends.kubernetes import ENV_VARS, KubernetesBackend, slugs
 from alchemist.errors import BackendError, SpecError
+from alchemist.interactive.jobs import session_spec
 from alchemist.jobdir import JobDir
 from alchemist.spec import JobSpec, Resources
 
@@ -100,6 +101,11 @@ FEATURES: dict[str, tuple[dict[str, Any], JobSpec]] = {
             algorithm="horovod",
             backend="kubernetes",
         ),
+    ),
+    # an interactive session: each pod an ipyparallel engine, rank = completion index
+    "session": (
+        {"gpu_resource": "nvidia.com/gpu"},
+        session_spec(2, 1, "explore", {}, backend="kubernetes"),
     ),
 }
 

@@ -37,6 +37,7 @@ from alchemist.backends.kubernetes.status import (
     status_from_objects,
 )
 from alchemist.errors import BackendError, JobNotFoundError
+from alchemist.interactive.layout import SESSION_ENTRY, SessionDir, read_stop
 from alchemist.spec import JobState, JobStatus
 
 
@@ -282,7 +283,7 @@ class KubernetesBackend(KubernetesConfig, Backend, metaclass=_Meta):
                     f"job {req.job_id} is not known to the Kubernetes backend"
                 ) from None
             if record.get("cancelling"):
-                gone = JobStatus(JobState.CANCELLED, "cancelled by the user", finished=time.time())
+                gone = _cancelled(req)
             else:
                 gone = JobStatus(
                     JobState.FAILED,
@@ -297,8 +298,10 @@ class KubernetesBackend(KubernetesConfig, Backend, metaclass=_Meta):
         if len(latest_pods(pods)) < req.spec.workers and not _terminal_job(job):
             events = self._events(ns, name)
         status = status_from_objects(job, pods, events, (record or {}).get("quota_wait"))
+        if status.state is JobState.SUCCEEDED and req.spec.entry == SESSION_ENTRY:
+            status = _session_end(req, status)
         if record and record.get("cancelling"):
-            status = JobStatus(JobState.CANCELLED, "cancelled by the user", finished=time.time())
+            status = _cancelled(req)
         elif status.state is JobState.FAILED and "timeout" not in (status.reason or ""):
             status.reason = _rank_failure(req) or status.reason
         if status.state.is_terminal:
@@ -325,9 +328,7 @@ class KubernetesBackend(KubernetesConfig, Backend, metaclass=_Meta):
             record.pop("cancelling", None)
             req.job_dir.write_state(**{STATE_KEY: record})
             raise
-        self._record_final(
-            req, JobStatus(JobState.CANCELLED, "cancelled by the user", finished=time.time())
-        )
+        self._record_final(req, _cancelled(req))
 
     # -- helpers beyond the contract ----------------------------------------------------
 
@@ -478,6 +479,27 @@ class KubernetesBackend(KubernetesConfig, Backend, metaclass=_Meta):
                     yield pending.decode("utf-8", "replace")
             finally:
                 resp.release_conn()
+
+
+def _cancelled(req: JobRequest) -> JobStatus:
+    """The end of a job whose Job Alchemist deleted: cancelled by the user, or, for a
+    session the notebook gave up on (it did not start), failed with the marker's reason."""
+    sd = SessionDir(req.job_dir)
+    if req.spec.entry == SESSION_ENTRY and sd.stop_marker.exists():
+        state, reason = read_stop(sd.stop_marker)
+        if state == JobState.FAILED.value:
+            return JobStatus(JobState.FAILED, reason, finished=time.time())
+    return JobStatus(JobState.CANCELLED, "cancelled by the user", finished=time.time())
+
+
+def _session_end(req: JobRequest, status: JobStatus) -> JobStatus:
+    """A session's pods end only when asked to (the stop marker): its state and reason
+    are the marker's (the user's stop, or rank 0's idle timeout)."""
+    sd = SessionDir(req.job_dir)
+    if not sd.stop_marker.exists():
+        return status
+    state, reason = read_stop(sd.stop_marker)
+    return dataclasses.replace(status, state=JobState(state), reason=reason)
 
 
 def _rank_failure(req: JobRequest) -> str | None:

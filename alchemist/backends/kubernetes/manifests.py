@@ -4,7 +4,9 @@ Per job there are two objects, both named :func:`~.slugs.job_name` of the job id
 
 - an Indexed ``batch/v1`` Job with one pod per worker. Each pod runs torch's elastic
   launcher with ``--nnodes`` = workers and ``--node-rank`` = the pod's completion index,
-  and rendezvous at pod 0 (``<job>-0.<service>``, port :attr:`Settings.master_port`);
+  and rendezvous at pod 0 (``<job>-0.<service>``, port :attr:`Settings.master_port`).
+  An interactive session's pods run an ipyparallel engine each instead, rank = index,
+  pod 0 serving the store and the controller (:mod:`alchemist.interactive.engine`);
 - a headless Service that gives the pods those DNS names. At creation it gets an
   ownerReference to the Job (whose uid only exists then), so deleting the Job deletes
   it too.
@@ -30,6 +32,7 @@ from typing import Any
 from alchemist.backends.kubernetes import slugs
 from alchemist.backends.launch import runtime_args, torchrun_args, worker_env
 from alchemist.errors import BackendError
+from alchemist.interactive.layout import SESSION_ENTRY
 from alchemist.jobdir import JobDir
 from alchemist.spec import JobSpec
 
@@ -120,6 +123,18 @@ def make_worker_command(
     job_id: str, spec: JobSpec, job_dir: JobDir, settings: Settings
 ) -> list[str]:
     """The container command of every pod (``$(JOB_COMPLETION_INDEX)`` is expanded by Kubernetes)."""
+    if spec.entry == SESSION_ENTRY:
+        # An interactive session's rank: an ipyparallel engine, rank 0's pod also serving
+        # the store and the controller (alchemist.interactive.engine).
+        return [
+            "python",
+            "-m",
+            "alchemist.interactive.engine",
+            str(job_dir.root),
+            "$(JOB_COMPLETION_INDEX)",
+            f"--master-addr={master_address(job_id)}",
+            f"--master-port={settings.master_port}",
+        ]
     if spec.algorithm == "horovod":
         # Horovod's own gloo rendezvous, run by pod 0; each pod starts its ranks as
         # horovodrun would (alchemist.backends.horovod_pod).

@@ -114,9 +114,25 @@ class LocalBackend(Backend):
                 f" {SLOTS_VAR}): lower -n, or use --backend kubernetes"
             )
 
-    def _dryrun(self, req: JobRequest) -> DryRunInfo:
+    def admission(self, spec: JobSpec, owner: str) -> dict[str, Any]:
+        """What a job (or a session) asks of the machine's queue: its CPU slots and GPUs
+        against the capacity, for :func:`~alchemist.backends.local.supervisor.wait_for_admission`.
+
+        Raises:
+            CapacityError: it could never fit on this machine (one line).
+        """
         capacity = self.capacity()
-        self._check_resources(req.spec, capacity)
+        self._check_resources(spec, capacity)
+        return {
+            "owner": owner,
+            "created": time.time(),
+            "slots": spec.world_size,
+            "gpus": spec.workers * spec.resources.gpus,
+            "capacity": {"slots": capacity.slots, "gpus": capacity.gpus},
+        }
+
+    def _dryrun(self, req: JobRequest) -> DryRunInfo:
+        adm = self.admission(req.spec, req.owner)
         argv = self._command(req)
         env = worker_env(req.job_id, req.job_dir, req.spec)
         loopback = _loopback_interface()
@@ -135,18 +151,13 @@ class LocalBackend(Backend):
             # Fork the ranks from the user's warm pool where it matches this environment
             # (the supervisor decides at start: alchemist.backends.local.warm).
             "warm": not req.spec.no_warm and req.spec.algorithm != "horovod",
-            "admission": {
-                "owner": req.owner,
-                "created": time.time(),
-                "slots": req.spec.world_size,
-                "gpus": req.spec.workers * req.spec.resources.gpus,
-                "capacity": {"slots": capacity.slots, "gpus": capacity.gpus},
-            },
+            "admission": adm,
         }
+        cap = adm["capacity"]
         text = (
             format_command(argv, env)
-            + f"\n# admission: {req.spec.world_size} of {capacity.slots} CPU slots,"
-            + f" {req.spec.workers * req.spec.resources.gpus} of {capacity.gpus} GPUs"
+            + f"\n# admission: {adm['slots']} of {cap['slots']} CPU slots,"
+            + f" {adm['gpus']} of {cap['gpus']} GPUs"
             + " (it waits, queued, until they are free)"
         )
         if request["warm"]:

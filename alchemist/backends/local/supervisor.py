@@ -43,12 +43,12 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     env = {**os.environ, **request["env"]}
-    queue = _queue(request)
+    queue = queue_of(request)
     final: dict[str, Any] = {"state": "failed", "reason": "the supervisor failed"}
     try:
         granted: list[int] | None = []
         if queue is not None:
-            granted = _wait_for_admission(job_dir, request, queue, lambda: cancelled)
+            granted = wait_for_admission(job_dir, request, queue, lambda: cancelled)
             if granted and request["admission"]["gpus"]:
                 # The job's own devices: each rank's cuda:LOCAL_RANK is one of them.
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in granted)
@@ -70,7 +70,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _queue(request: dict[str, Any]) -> admission.Queue | None:
+def queue_of(request: dict[str, Any]) -> admission.Queue | None:
     adm = request.get("admission")
     if not adm:
         return None
@@ -78,10 +78,13 @@ def _queue(request: dict[str, Any]) -> admission.Queue | None:
     return admission.Queue(admission.queue_dir(), capacity)
 
 
-def _wait_for_admission(
+def wait_for_admission(
     job_dir: JobDir, request: dict[str, Any], queue: admission.Queue, cancelled: Any
 ) -> list[int] | None:
-    """Hold a ticket until the job is admitted: the GPUs granted, or None if cancelled."""
+    """Hold a ticket until the job is admitted: the GPUs granted, or None if cancelled
+    (``cancelled()``, or the cancel marker). ``request["admission"]`` is what
+    :meth:`LocalBackend._dryrun` (or a session's start) wrote: owner, created, slots,
+    gpus, capacity. While it waits the state is ``queued`` with the reason."""
     adm = request["admission"]
     pid = os.getpid()
     queue.enqueue(

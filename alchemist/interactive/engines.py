@@ -1,0 +1,227 @@
+"""Where a session's engines run, seen from the notebook: local processes or pods.
+
+A :class:`~alchemist.interactive.sessions.Session` talks to its ranks through
+ipyparallel on both backends; what differs is how they are started, watched, signalled
+and stopped, which this module hides behind one small interface:
+
+- :class:`LocalEngines`: the session's supervisor (:mod:`.supervisor`), a process of
+  its own that starts the controller and one engine process per rank and writes the
+  job's ``state.json``. Interrupts are SIGINT to the ranks' pids.
+- :class:`PodEngines`: an Indexed Job and headless Service made by the Kubernetes
+  backend (one pod per rank, rank 0's pod also serving the store and the controller;
+  see :mod:`.engine`). The state is the Job's, read through the backend; interrupts go
+  over ipyparallel's control channel (the notebook cannot signal a pod); a stop writes
+  the stop marker on the shared volume, after which every pod ends with status 0 and
+  the Job completes.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from alchemist.interactive.errors import SessionError
+from alchemist.interactive.layout import SessionDir
+from alchemist.jobdir import JobDir
+
+#: Seconds between two reads of a Kubernetes session's state (an API call each).
+POD_STATE_EVERY_S = 1.0
+#: Seconds a stopped Kubernetes session's pods get to end before the Job is deleted.
+POD_STOP_WAIT_S = 30.0
+
+
+class LocalEngines:
+    """A session's engines as local processes under its supervisor."""
+
+    backend = "local"
+
+    def __init__(self, job_dir: JobDir) -> None:
+        self.job_dir = job_dir
+        self.dirs = SessionDir(job_dir)
+        self._supervisor: subprocess.Popen[bytes] | None = None
+
+    def launch(self) -> None:
+        """Start the session's supervisor in a session of its own (it outlives the kernel)."""
+        jd = self.job_dir
+        log = open(jd.launcher_log, "ab")  # noqa: SIM115 - handed to the child
+        try:
+            self._supervisor = subprocess.Popen(
+                [sys.executable, "-m", "alchemist.interactive.supervisor", str(jd.root)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=jd.root,
+                start_new_session=True,
+                close_fds=True,
+            )
+        finally:
+            log.close()
+        (jd.pids / "launcher.pid").write_text(str(self._supervisor.pid))
+
+    def state(self, fresh: bool = False) -> dict[str, Any]:
+        """The job's state record (``state``, ``reason``, ...) as the supervisor wrote it."""
+        return self.job_dir.read_state() or {}
+
+    def alive(self, ranks: list[int]) -> list[int]:
+        from alchemist.backends.local.procs import alive, read_pid
+
+        return [r for r in ranks if alive(read_pid(self.job_dir.pids / f"rank-{r}.pid"))]
+
+    def interrupt(self, client: Any, ranks: list[int]) -> None:
+        """SIGINT to each rank's process, at once."""
+        import os
+
+        from alchemist.backends.local.procs import read_pid
+
+        for r in ranks:
+            pid = read_pid(self.job_dir.pids / f"rank-{r}.pid")
+            if pid:
+                try:
+                    os.kill(pid, signal.SIGINT)
+                except ProcessLookupError:
+                    pass
+
+    def _wait_supervisor(self, seconds: float) -> None:
+        from alchemist.backends.local.procs import alive, read_pid
+
+        launcher = read_pid(self.job_dir.pids / "launcher.pid")
+        deadline = time.monotonic() + seconds
+        while alive(launcher) and time.monotonic() < deadline:
+            if self._supervisor is not None:
+                self._supervisor.poll()  # reap it once it exited
+            time.sleep(0.05)
+
+    def stop(self, running: bool) -> None:
+        """Ask the supervisor to stop the engines (the job ends ``succeeded``) and wait."""
+        if running:
+            self.dirs.stop_marker.touch()
+        self._wait_supervisor(15)
+        self.kill("")
+
+    def kill(self, reason: str, running: bool = False) -> None:
+        """Stop whatever still runs; with ``running``, first ask the supervisor to end the
+        session as failed with ``reason``."""
+        from alchemist.backends.local.procs import job_processes, read_pid, terminate
+
+        if running:
+            self.dirs.stop_marker.write_text(reason)
+            self._wait_supervisor(10)
+        launcher = read_pid(self.job_dir.pids / "launcher.pid")
+        left = job_processes(self.job_dir.root, [launcher] if launcher else [])
+        if left:
+            terminate(left, grace=2.0)
+        if self._supervisor is not None:
+            self._supervisor.poll()
+
+
+class PodEngines:
+    """A session's engines as the pods of an Indexed Job on Kubernetes."""
+
+    backend = "kubernetes"
+
+    def __init__(self, job_dir: JobDir) -> None:
+        self.job_dir = job_dir
+        self.dirs = SessionDir(job_dir)
+        self._read_at = 0.0
+        self._state: dict[str, Any] = {}
+
+    def _job(self) -> Any:
+        from alchemist.client import attach
+
+        return attach(self.job_dir.job_id)
+
+    def launch(self) -> None:
+        """Create the Job and Service through the Kubernetes backend (quota checked, one
+        line on any refusal; nothing half-made is left).
+
+        Raises:
+            SessionError: the backend refused (no image or volume configured, quota, RBAC).
+        """
+        from alchemist.backends import get_backend
+        from alchemist.backends.api import JobRequest
+        from alchemist.errors import AlchemistError
+        from alchemist.spec import JobSpec
+
+        jd = self.job_dir
+        spec = JobSpec.from_dict(__import__("json").loads(jd.spec.read_text()))
+        req = JobRequest(jd.job_id, str(self._owner()), spec, jd)
+        try:
+            info = get_backend("kubernetes").submit(req)
+        except AlchemistError as e:
+            jd.write_state(state="failed", reason=str(e), finished=time.time())
+            raise SessionError(f"session {jd.job_id} did not start: {e}") from None
+        for line in info.warnings:
+            print(f"[alchemist] {line}", file=sys.stderr, flush=True)
+
+    def _owner(self) -> str:
+        import json
+
+        return str(json.loads(self.job_dir.record.read_text()).get("owner"))
+
+    def state(self, fresh: bool = False) -> dict[str, Any]:
+        """The Job's state through the backend (read at most every
+        :data:`POD_STATE_EVERY_S`), with rank 0's idle warning as the reason while it runs."""
+        now = time.monotonic()
+        if fresh or not self._state or now - self._read_at >= POD_STATE_EVERY_S:
+            self._read_at = now
+            try:
+                st = self._job().status()
+                self._state = {"state": st.state.value, "reason": st.reason}
+            except Exception as e:  # the API is briefly unreachable: keep the last answer
+                if not self._state:
+                    self._state = {"state": "pending", "reason": f"reading the Job: {e}"}
+            if self._state.get("state") == "running" and self.dirs.notice.exists():
+                self._state["reason"] = self.dirs.notice.read_text().strip() or None
+        return dict(self._state)
+
+    def alive(self, ranks: list[int]) -> list[int]:
+        """The ranks whose pod runs (from the Job's pods, per completion index)."""
+        try:
+            st = self._job().status()
+        except Exception:
+            return []
+        detail = st.ranks or {}
+        return [r for r in ranks if (detail.get(str(r)) or {}).get("phase") == "Running"]
+
+    def interrupt(self, client: Any, ranks: list[int]) -> None:
+        """SIGINT to each rank over ipyparallel's control channel (served by the engine's
+        control thread while a cell runs)."""
+        if client is not None:
+            client.send_signal(signal.SIGINT, targets=ranks, block=False)
+
+    def _wait_end(self, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.state(fresh=True).get("state") not in ("pending", "running"):
+                return True
+            time.sleep(0.5)
+        return False
+
+    def stop(self, running: bool) -> None:
+        """Ask every pod to end (the stop marker) and wait for the Job to complete; after
+        :data:`POD_STOP_WAIT_S` the Job is deleted."""
+        if running:
+            self.dirs.stop_marker.touch()
+            if self._wait_end(POD_STOP_WAIT_S):
+                return
+        self.kill("")
+
+    def kill(self, reason: str, running: bool = False) -> None:
+        """Delete the Job (its pods and Service go with it); a ``reason`` records the
+        session as failed with it (it did not start), else as cancelled."""
+        if reason:
+            self.dirs.stop_marker.write_text(reason)
+        try:
+            job = self._job()
+            if not job.status().state.is_terminal:
+                job.cancel()
+        except Exception as e:
+            print(f"[alchemist] could not delete the session's Job: {e}", file=sys.stderr)
+
+
+def engines_for(job_dir: JobDir, backend: str) -> LocalEngines | PodEngines:
+    """The engines of a session on ``backend``."""
+    return PodEngines(job_dir) if backend == "kubernetes" else LocalEngines(job_dir)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -256,8 +256,8 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
         name="no_warm",
         type="bool",
         default=False,
-        help="start fresh processes under torchrun instead of forking the ranks from"
-        " your warm pool (local backend)",
+        help="start the ranks as fresh processes instead of forking them from your warm"
+        " pool (local backend)",
         flags=("--no-warm",),
         label="Cold start",
     ),
@@ -325,8 +325,11 @@ def _help(opt: JobOption) -> str:
     return text.replace("%", "%%")
 
 
-def argument_specs(entry_point: str) -> list[tuple[tuple[str, ...], dict[str, Any]]]:
-    """``(flags, add_argument keywords)`` for every option ``entry_point`` offers.
+def argument_specs(
+    entry_point: str, only: Collection[str] | None = None
+) -> list[tuple[tuple[str, ...], dict[str, Any]]]:
+    """``(flags, add_argument keywords)`` for every option ``entry_point`` offers (those
+    named in ``only``, if given: a session's start takes the options that size ranks).
 
     ``argparse`` and IPython's ``magic_arguments.argument`` take the same arguments, so
     the magic and the CLI build their flags from this one list (as ipyparallel's magics
@@ -334,6 +337,8 @@ def argument_specs(entry_point: str) -> list[tuple[tuple[str, ...], dict[str, An
     """
     specs: list[tuple[tuple[str, ...], dict[str, Any]]] = []
     for opt in options_for(entry_point):
+        if only is not None and opt.name not in only:
+            continue
         kwargs: dict[str, Any] = {"dest": opt.name, "help": _help(opt)}
         if opt.type in ("kv", "kv_typed"):
             kwargs.update(action="append", metavar=opt.metavar, default=None)
@@ -348,20 +353,27 @@ def argument_specs(entry_point: str) -> list[tuple[tuple[str, ...], dict[str, An
     return specs
 
 
-def add_arguments(parser: argparse.ArgumentParser, entry_point: str) -> None:
-    """Add ``entry_point``'s job option flags to ``parser``."""
-    for flags, kwargs in argument_specs(entry_point):
+def add_arguments(
+    parser: argparse.ArgumentParser, entry_point: str, only: Collection[str] | None = None
+) -> None:
+    """Add ``entry_point``'s job option flags to ``parser`` (those named in ``only``)."""
+    for flags, kwargs in argument_specs(entry_point, only):
         parser.add_argument(*flags, **kwargs)
 
 
-def options_from_args(args: argparse.Namespace | Any, entry_point: str) -> dict[str, Any]:
-    """The keyword arguments of :func:`alchemist.client.submit` from parsed flags.
+def options_from_args(
+    args: argparse.Namespace | Any, entry_point: str, only: Collection[str] | None = None
+) -> dict[str, Any]:
+    """The keyword arguments of :func:`alchemist.client.submit` from parsed flags (of the
+    options named in ``only``, if given).
 
     Raises:
         SpecError: a ``K=V`` flag without ``=`` (naming the flag).
     """
     out: dict[str, Any] = {}
     for opt in options_for(entry_point):
+        if only is not None and opt.name not in only:
+            continue
         value = getattr(args, opt.name)
         flag = opt.flags[-1]
         if opt.type == "kv":

@@ -1,22 +1,26 @@
 """Interactive sessions: a cell's round trip, and a session's start against a batch job's.
 
-Two arms, alternated (session, batch, session, ...) so machine load hits both alike:
+Four arms, alternated (session cold, batch cold, session warm, batch warm, ...) so
+machine load hits them alike:
 
 - session: ``%alchemist_session start -n 2`` then ``%%alchemist_px`` cells in a real
   IPython shell (the magics' whole path: parsing, the health check when due, the
   transcript, output streamed from the ranks' logs). It measures the time from the
   start until the first cell's result is back in the notebook (a cell doing one small
-  ``all_reduce``), then the round trip of ``--cells`` more such cells, then stops;
+  ``all_reduce``), then the round trip of ``--cells`` more such cells, then stops.
+  Cold (``--no-warm``): the engines are fresh interpreters; warm: forked from the
+  user's warm pool;
 - batch: the same ``all_reduce`` as the first step of a batch job, ``alchemist.submit(
-  cell, workers=2, no_warm=True)`` (fresh interpreters under torchrun, as the session's
-  engines are fresh processes): the time from the submit until rank 0 has finished its
-  first step (rank 0 writes the time; the notebook learns it later, so this favours
-  the batch arm slightly).
+  cell, workers=2)``, cold (``no_warm=True``: fresh interpreters under torchrun) or warm:
+  the time from the submit until rank 0 has finished its first step (rank 0 writes the
+  time; the notebook learns it later, so this favours the batch arm slightly).
 
-It prints the round trip's p50 and p95 over every session's cells (targets: p50 <= 50
-ms, p95 <= 150 ms), the medians of both start-up times and their ratio session /
-batch (target <= 1.5). A run of either arm that fails is counted and reported beside
-the figures, not a crash; the figures are over the runs that succeeded.
+The warm pool is started once before the timed runs (its start-up is printed as its
+own cost). It prints the round trip's p50 and p95 over every session's cells (targets:
+p50 <= 50 ms, p95 <= 150 ms), the medians of the start-up times and the ratios session
+/ batch, cold with cold (target <= 1.5) and warm with warm. A run of any arm that fails
+is counted and reported beside the figures, not a crash; the figures are over the runs
+that succeeded.
 
     python benchmarks/interactive.py [--repeats 3] [--cells 100] [--smoke]
 """
@@ -68,7 +72,7 @@ def shell() -> Any:
     return ip
 
 
-def run_session(ip: Any, cells: int) -> tuple[float, list[float]]:
+def run_session(ip: Any, cells: int, warm: bool) -> tuple[float, list[float]]:
     """``(start to first cell result, [round trip of each later cell])`` in seconds."""
     from alchemist.interactive import current_session
 
@@ -76,7 +80,7 @@ def run_session(ip: Any, cells: int) -> tuple[float, list[float]]:
     t0 = time.perf_counter()
     try:
         with contextlib.redirect_stdout(out):
-            ip.run_line_magic("alchemist_session", "start -n 2")
+            ip.run_line_magic("alchemist_session", "start -n 2" + ("" if warm else " --no-warm"))
             ip.run_cell_magic("alchemist_px", "", ALL_REDUCE)
             first = time.perf_counter() - t0
             if out.getvalue().count("sum 2.0") != 2:
@@ -99,7 +103,7 @@ def run_session(ip: Any, cells: int) -> tuple[float, list[float]]:
             s.stop()
 
 
-def run_batch(workdir: Path) -> float:
+def run_batch(workdir: Path, warm: bool) -> float:
     """Seconds from the submit until rank 0 finished the first step."""
     import alchemist
 
@@ -107,7 +111,7 @@ def run_batch(workdir: Path) -> float:
     mark.unlink(missing_ok=True)
     t0 = time.time()
     job = alchemist.submit(
-        BATCH.format(mark=str(mark)), namespace={}, workers=2, name="bench", no_warm=True
+        BATCH.format(mark=str(mark)), namespace={}, workers=2, name="bench", no_warm=not warm
     )
     status = job.wait(poll=0.02)
     if status.state.value != "succeeded":
@@ -133,43 +137,53 @@ def main() -> None:
         args.repeats, args.cells = 1, 5
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-    firsts: list[float] = []
+    arms = ("session cold", "batch cold", "session warm", "batch warm")
+    starts: dict[str, list[float]] = {arm: [] for arm in arms}
     trips: list[float] = []
-    batch: list[float] = []
-    failures: dict[str, list[str]] = {"session": [], "batch": []}
+    failures: dict[str, list[str]] = {arm: [] for arm in arms}
+    pool_start: float | None = None
     with tempfile.TemporaryDirectory(prefix="alchemist-bench-") as tmp:
         workdir = Path(tmp)
         os.environ["ALCHEMIST_HOME"] = str(workdir / "home")
         os.environ["ALCHEMIST_POOL_DIR"] = tempfile.mkdtemp(prefix="ap-")  # not the user's
         ip = shell()
+        try:  # the first warm job starts the pool: its own cost, not the arms'
+            t0 = time.perf_counter()
+            run_batch(workdir, warm=True)
+            pool_start = time.perf_counter() - t0
+            print(f"warm pool started (with a first job) in {pool_start:.2f} s", flush=True)
+        except RunFailed as e:
+            failures["batch warm"].append(f"pool start: {e}")
         for i in range(args.repeats):
-            try:
-                first, cell_trips = run_session(ip, args.cells)
-                firsts.append(first)
-                trips.extend(cell_trips)
-                print(f"session {i + 1}: first cell result after {first:.2f} s", flush=True)
-            except RunFailed as e:
-                failures["session"].append(str(e))
-            try:
-                batch.append(run_batch(workdir))
-                print(f"batch {i + 1}: first step after {batch[-1]:.2f} s", flush=True)
-            except RunFailed as e:
-                failures["batch"].append(str(e))
+            for arm in arms:
+                warm = arm.endswith("warm")
+                try:
+                    if arm.startswith("session"):
+                        first, cell_trips = run_session(ip, args.cells, warm)
+                        trips.extend(cell_trips)
+                    else:
+                        first = run_batch(workdir, warm)
+                    starts[arm].append(first)
+                    print(f"{arm} {i + 1}: first result after {first:.2f} s", flush=True)
+                except RunFailed as e:
+                    failures[arm].append(str(e))
         from alchemist.backends.local.pool import client
 
         client.stop()
-    report(args, firsts, trips, batch, failures)
+    report(args, starts, trips, failures, pool_start)
 
 
 def report(
     args: argparse.Namespace,
-    firsts: list[float],
+    starts: dict[str, list[float]],
     trips: list[float],
-    batch: list[float],
     failures: dict[str, list[str]],
+    pool_start: float | None,
 ) -> None:
     print()
-    print(f"2 ranks, gloo on CPU; {args.repeats} sessions of {args.cells} timed cells each")
+    print(
+        f"2 ranks, gloo on CPU; {args.repeats} sessions of each kind, {args.cells} timed cells each"
+    )
     if trips:
         p50, p95 = percentile(trips, 0.5) * 1000, percentile(trips, 0.95) * 1000
         print(
@@ -182,16 +196,24 @@ def report(
         )
     else:
         print("%%alchemist_px round trip: no session succeeded")
-    if firsts:
-        print(f"session start to first cell result: median {statistics.median(firsts):.2f} s")
-    if batch:
-        print(f"batch job submit to first step (cold): median {statistics.median(batch):.2f} s")
-    if firsts and batch:
-        ratio = statistics.median(firsts) / statistics.median(batch)
+    if pool_start is not None:
+        print(f"warm pool start-up (once, with a first job): {pool_start:.2f} s")
+    med = {arm: statistics.median(v) for arm, v in starts.items() if v}
+    for arm, value in med.items():
+        what = "start to first cell result" if arm.startswith("session") else "submit to first step"
+        print(f"{arm}: {what}: median {value:.2f} s")
+    if "session cold" in med and "batch cold" in med:
+        ratio = med["session cold"] / med["batch cold"]
         print(f"ratio session / batch first result: {ratio:.2f} (target <= {TARGET_RATIO:g})")
+    if "session warm" in med and "batch warm" in med:
+        ratio = med["session warm"] / med["batch warm"]
+        print(f"ratio session / batch first result, warm: {ratio:.2f}")
+    if "session warm" in med and "session cold" in med:
+        ratio = med["session warm"] / med["session cold"]
+        print(f"ratio session warm / cold: {ratio:.2f}")
     print(
-        f"failed runs: session {len(failures['session'])} of {args.repeats},"
-        f" batch {len(failures['batch'])} of {args.repeats}"
+        "failed runs: "
+        + ", ".join(f"{arm} {len(failures[arm])} of {args.repeats}" for arm in failures)
     )
     for arm, why in failures.items():
         for line in why:

@@ -48,6 +48,9 @@ def setup_rank(job_dir: JobDir) -> int:
 
     recorder.enable()
     hooks.install(job_dir, rank)
+    from alchemist.interactive.rankside import STORE_BASE_VAR
+
+    os.environ.setdefault(STORE_BASE_VAR, os.environ.get("ALCHEMIST_STORE_PREFIX", ""))
     worker._init_process_group("sync")
     from alchemist.runtime.context import context
 

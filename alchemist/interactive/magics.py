@@ -15,6 +15,7 @@ A mistake (no session, one already running, unknown targets, a bad flag) is one
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 from typing import Any
 
@@ -25,7 +26,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from alchemist.errors import AlchemistError
 from alchemist.interactive import sessions as session_mod
 from alchemist.interactive.errors import CellFailed, SessionError
-from alchemist.options import add_arguments, options_from_args, parse_kv
+from alchemist.options import add_arguments, options_from_args
 
 _SUBCOMMANDS = ("start", "status", "stop", "restart", "promote", "attach")
 
@@ -35,18 +36,18 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
+#: The job options a session's start takes (their flags and help from the one table).
+SESSION_OPTIONS = ("workers", "gpus_per_worker", "name", "backend", "env", "no_warm")
+
+
 def _start_parser() -> _Parser:
     p = _Parser(prog="%alchemist_session start", add_help=False)
-    p.add_argument("-n", "--workers", type=int, default=2)
-    p.add_argument("--gpus-per-worker", type=int, default=0)
-    p.add_argument("--name", default=None)
-    p.add_argument("--backend", default="local")
+    add_arguments(p, "magic", only=SESSION_OPTIONS)
     p.add_argument("--idle-timeout", type=_seconds, default=None)
     p.add_argument(
         "--collective-timeout", type=_seconds, default=session_mod.DEFAULT_COLLECTIVE_TIMEOUT_S
     )
     p.add_argument("--start-timeout", type=_seconds, default=session_mod.DEFAULT_START_TIMEOUT_S)
-    p.add_argument("--env", action="append", default=None, metavar="K=V")
     return p
 
 
@@ -128,15 +129,17 @@ class SessionMagics(Magics):
 
     def _start(self, words: list[str]) -> None:
         args = _start_parser().parse_args(words)
+        opts = options_from_args(args, "magic", only=SESSION_OPTIONS)
         s = session_mod.session(
-            args.workers,
-            gpus_per_worker=args.gpus_per_worker,
-            name=args.name,
-            backend=args.backend,
+            opts["workers"],
+            gpus_per_worker=opts["gpus_per_worker"] or 0,
+            name=opts["name"],
+            backend=opts["backend"] or os.environ.get("ALCHEMIST_BACKEND") or "local",
             idle_timeout=args.idle_timeout,
             collective_timeout=args.collective_timeout,
             start_timeout=args.start_timeout,
-            env=parse_kv(args.env, "--env"),
+            env=opts["env"],
+            no_warm=opts["no_warm"],
         )
         print(
             f"session {s.id}: {s.world_size} ranks ready (engine id = rank); run cells on them"

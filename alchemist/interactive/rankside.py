@@ -14,6 +14,9 @@ import os
 from datetime import timedelta
 from typing import Any
 
+#: The store prefix a rank's first process group was made on (its rebuilds go under it).
+STORE_BASE_VAR = "ALCHEMIST_SESSION_STORE_BASE"
+
 
 def sequence_number() -> int | None:
     """The default process group's collective sequence number; None without a group."""
@@ -54,7 +57,9 @@ def rebuild(generation: int) -> int | None:
             dist.destroy_process_group()
         except Exception:
             pass
-    os.environ["ALCHEMIST_STORE_PREFIX"] = f"alchemist/session/pg-{generation}"
+    # Under the prefix the rank started on: a warm pool's store serves other jobs too.
+    base = os.environ.setdefault(STORE_BASE_VAR, os.environ.get("ALCHEMIST_STORE_PREFIX", ""))
+    os.environ["ALCHEMIST_STORE_PREFIX"] = f"{base}/pg-{generation}"
     worker._init_process_group("sync")
     print(f"[alchemist] process group rebuilt (generation {generation})", flush=True)
     return sequence_number()

@@ -71,6 +71,7 @@ def session(
     collective_timeout: float = DEFAULT_COLLECTIVE_TIMEOUT_S,
     start_timeout: float = DEFAULT_START_TIMEOUT_S,
     env: dict[str, str] | None = None,
+    no_warm: bool = False,
 ) -> Session:
     """Start a session of ``workers`` ranks and return it (see :meth:`Session.start`)."""
     return Session.start(
@@ -82,6 +83,7 @@ def session(
         collective_timeout=collective_timeout,
         start_timeout=start_timeout,
         env=env,
+        no_warm=no_warm,
     )
 
 
@@ -136,9 +138,11 @@ class Session:
         collective_timeout: float = DEFAULT_COLLECTIVE_TIMEOUT_S,
         start_timeout: float = DEFAULT_START_TIMEOUT_S,
         env: dict[str, str] | None = None,
+        no_warm: bool = False,
     ) -> Session:
         """Start ``workers`` ranks (``gpus_per_worker`` > 0: one rank per GPU) and make the
-        session this kernel's current one.
+        session this kernel's current one. On the local backend the ranks are forked from
+        the user's warm pool (as batch ranks are) unless ``no_warm``.
 
         Raises:
             SessionError: a session of this kernel still runs, an option is invalid, or
@@ -205,6 +209,7 @@ class Session:
             "backend": backend,
             "loopback_if": _loopback_interface() if backend == "local" else None,
             "admission": admission,
+            "warm": backend == "local" and not no_warm,
         }
         job_dir = create_session_job(spec, cfg)
         self = cls(job_dir)
@@ -241,7 +246,11 @@ class Session:
                 )
             if self._client is None and self.dirs.client_file.exists():
                 self._connect()
-            if self._client is not None and len(self._client.ids) >= self.world_size:
+            if (
+                self._client is not None
+                and len(self._client.ids) >= self.world_size
+                and st.get("state") == "running"
+            ):
                 break
             if time.monotonic() > deadline:
                 up = len(self._client.ids) if self._client is not None else 0
@@ -717,6 +726,7 @@ class Session:
             collective_timeout=float(cfg["collective_timeout"]),
             start_timeout=float(cfg["start_timeout"]),
             env=cfg.get("env") or None,
+            no_warm=not cfg.get("warm", True),
         )
         for n in replay:
             rec = records[n]

@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -40,8 +41,9 @@ from alchemist import outcomes
 from alchemist.backends.launch import LOOPBACK, loopback_socket, store_on
 from alchemist.backends.local.procs import CANCEL_MARKER, job_processes, terminate
 from alchemist.backends.local.supervisor import queue_of, wait_for_admission
+from alchemist.backends.local.warm import Attempt, launch_ranks
 from alchemist.interactive.idle import IdleClock
-from alchemist.interactive.layout import SessionDir, read_stop
+from alchemist.interactive.layout import SESSION_ENTRY, SessionDir, read_stop
 from alchemist.jobdir import JobDir
 
 #: Seconds between two looks at the engines.
@@ -127,7 +129,7 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    procs: dict[str, subprocess.Popen[bytes]] = {}
+    procs = _Children()
     final = {"state": "failed", "reason": "the session's supervisor failed"}
     queue = queue_of(cfg)
     try:
@@ -153,12 +155,37 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _stop_all(job_dir: JobDir, procs: dict[str, subprocess.Popen[bytes]]) -> None:
-    roots = [p.pid for p in procs.values() if p.poll() is None]
+@dataclass
+class _Children:
+    """What the supervisor watches: the controller and cold engines (``procs``, by name:
+    ``controller``, ``rank-<r>``), or engines forked from the warm pool (``warm``)."""
+
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    warm: Attempt | None = None
+
+    def ended(self) -> tuple[str, int] | None:
+        """``(name, status)`` of a child that ended, if one did."""
+        for name, proc in self.procs.items():
+            code = proc.poll()
+            if code is not None:
+                return name, code
+        if self.warm is not None:
+            self.warm.poll(0)
+            if self.warm.order:
+                rank = self.warm.order[0]
+                return f"rank-{rank}", self.warm.codes[rank]
+        return None
+
+
+def _stop_all(job_dir: JobDir, kids: _Children) -> None:
+    if kids.warm is not None:
+        kids.warm.stop(STOP_GRACE_S)
+        kids.warm.close()
+    roots = [p.pid for p in kids.procs.values() if p.poll() is None]
     left = job_processes(job_dir.root, roots)
     if left:
         terminate(left, grace=STOP_GRACE_S)
-    for p in procs.values():
+    for p in kids.procs.values():
         try:
             p.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover - terminate() killed it
@@ -184,7 +211,7 @@ def _spawn(args: list[str], log: Path, env: dict[str, str], cwd: str) -> subproc
 def _check(
     job_dir: JobDir,
     sd: SessionDir,
-    procs: dict[str, subprocess.Popen[bytes]],
+    kids: _Children,
     signalled: list[int],
 ) -> None:
     """Raise :class:`_Stop` when the session must end now."""
@@ -193,10 +220,9 @@ def _check(
     if sd.stop_marker.exists():
         # A reason in the marker: the notebook gave up on the session (it did not start).
         raise _Stop(*read_stop(sd.stop_marker))
-    for name, proc in procs.items():
-        code = proc.poll()
-        if code is None:
-            continue
+    ended = kids.ended()
+    if ended is not None:
+        name, code = ended
         if name == "controller":
             raise _Stop("failed", f"the session's controller exited with status {code}")
         rank = int(name.split("-", 1)[1])
@@ -207,13 +233,13 @@ def _run(
     job_dir: JobDir,
     sd: SessionDir,
     cfg: dict[str, Any],
-    procs: dict[str, subprocess.Popen[bytes]],
+    kids: _Children,
     signalled: list[int],
     gpus: list[int],
 ) -> dict[str, Any]:
     cwd = cfg.get("cwd") or str(job_dir.root)
     base_env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    procs["controller"] = _spawn(
+    kids.procs["controller"] = _spawn(
         ["-m", "alchemist.interactive.controller", str(job_dir.root)],
         job_dir.launcher_log,
         base_env,
@@ -225,18 +251,28 @@ def _run(
     # process is still importing torch to serve it.
     sock = loopback_socket()
     port = int(sock.getsockname()[1])
-    for rank in range(int(cfg["world_size"])):
-        procs[f"rank-{rank}"] = _spawn(
-            ["-m", "alchemist.interactive.engine", str(job_dir.root), str(rank)],
-            job_dir.rank_log(rank),
-            rank_env(cfg, job_dir, rank, port, gpus=gpus),
-            cwd,
-        )
-    # The store lives as long as this process: the ranks' process group meets on it.
-    store = store_on(sock)
+    envs = [rank_env(cfg, job_dir, r, port, gpus=gpus) for r in range(int(cfg["world_size"]))]
+    if cfg.get("warm"):
+        # Forked from the user's warm pool (torch and ipyparallel imported): on the
+        # pool's store, under the session's own prefix. None: started cold, said why.
+        kids.warm = launch_ranks(job_dir, envs, cfg.get("env") or {}, 0, cwd, entry=SESSION_ENTRY)
+    if kids.warm is None:
+        for rank, env in enumerate(envs):
+            kids.procs[f"rank-{rank}"] = _spawn(
+                ["-m", "alchemist.interactive.engine", str(job_dir.root), str(rank)],
+                job_dir.rank_log(rank),
+                env,
+                cwd,
+            )
+    # The store lives as long as this process: cold ranks' process group meets on it
+    # (warm ones meet on the pool's, and this process need not import torch at all).
+    if kids.warm is None:
+        store = store_on(sock)
+    else:
+        sock.close()
     deadline = time.time() + float(cfg["start_timeout"])
     while not sd.engine_file.exists():
-        _check(job_dir, sd, procs, signalled)
+        _check(job_dir, sd, kids, signalled)
         if time.time() > deadline:
             raise _Stop(
                 "failed",
@@ -249,7 +285,7 @@ def _run(
     )
     clock = IdleClock(sd, cfg)
     while True:
-        _check(job_dir, sd, procs, signalled)
+        _check(job_dir, sd, kids, signalled)
         what, text = clock.tick()
         if what == "warn":
             job_dir.write_state(reason=text)

@@ -104,6 +104,11 @@ def test_diagnose_smoke_times_both_paths_and_the_hooks() -> None:
 
 def test_interactive_smoke_runs_both_arms() -> None:
     out = _smoke("interactive.py")
-    assert "failed runs: session 0 of 1, batch 0 of 1" in out, out
-    assert re.search(r"round trip \(one small all_reduce\), 5 cells: p50 [0-9.]+ ms, p95", out), out
+    assert (
+        "failed runs: session cold 0 of 1, batch cold 0 of 1, session warm 0 of 1,"
+        " batch warm 0 of 1" in out
+    ), out
+    assert re.search(r"round trip \(one small all_reduce\), 10 cells: p50 [0-9.]+ ms, p95", out), out
     assert re.search(r"ratio session / batch first result: [0-9.]+ \(target <= 1.5\)", out), out
+    assert re.search(r"ratio session / batch first result, warm: [0-9.]+", out), out
+    assert re.search(r"warm pool start-up \(once, with a first job\): [0-9.]+ s", out), out

@@ -141,7 +141,9 @@ def test_cancel_and_timeout_through_the_pool(run: Run, alchemist_home: Path) -> 
     timed = run("import time\ntime.sleep(600)", expect=JobState.FAILED, timeout=3)
     assert started(timed) == "warm"
     assert timed.status().reason == "timed out after 3 s (--timeout)"
-    assert processes_under(timed.job_dir.root) == []
+    # the supervisor writes the final state just before it exits: let it finish exiting
+    _, left = psutil.wait_procs(processes_under(timed.job_dir.root), timeout=10)
+    assert left == []
     assert pool().served == 3  # the pool served all three, and is still up
 
 
@@ -373,8 +375,9 @@ def test_another_user_cannot_reach_the_pool(run: Run, pools: Path) -> None:
         "import socket, sys, json\n"
         "s = socket.socket(socket.AF_UNIX)\n"
         "try:\n    s.connect(sys.argv[1])\nexcept OSError as e:\n    print('refused', type(e).__name__); sys.exit(0)\n"
-        "s.sendall(json.dumps({'op': 'status'}).encode() + b'\\n')\n"
-        "try:\n    data = s.recv(65536)\nexcept ConnectionResetError:\n    data = b''\n"
+        # the daemon may hang up before the request is written (then the write fails)
+        "try:\n    s.sendall(json.dumps({'op': 'status'}).encode() + b'\\n')\n"
+        "    data = s.recv(65536)\nexcept (BrokenPipeError, ConnectionResetError):\n    data = b''\n"
         "print('answer', repr(data))\n"
     )
     import sys

@@ -53,7 +53,7 @@ def rank_envs(
     ]
 
 
-class _Attempt:
+class Attempt:
     """One attempt's ranks: their processes and the exit statuses heard so far."""
 
     def __init__(
@@ -139,27 +139,47 @@ def _running(proc: psutil.Process | None) -> bool:
 
 def _launch(
     job_dir: JobDir, request: dict[str, Any], env: dict[str, str], attempt: int
-) -> _Attempt | None:
+) -> Attempt | None:
     """Ask the pool for one attempt's ranks; None (the reason logged) to run cold."""
-    job_env = request.get("env") or {}
+    world = int(request["world_size"])
+    return launch_ranks(
+        job_dir,
+        rank_envs(env, job_dir.job_id, world, attempt, int(request.get("max_restarts") or 0)),
+        request.get("env") or {},
+        attempt,
+        request.get("cwd") or str(job_dir.root),
+    )
+
+
+def launch_ranks(
+    job_dir: JobDir,
+    envs: list[dict[str, str]],
+    job_env: dict[str, str],
+    attempt: int,
+    cwd: str,
+    entry: str | None = None,
+) -> Attempt | None:
+    """Fork one process per environment in ``envs`` (rank r gets ``envs[r]``) from the
+    user's pool: a batch job's ranks, or with ``entry`` ``"session"`` a session's
+    engines. None (the reason logged) to start them cold instead."""
     base = {k: v for k, v in os.environ.items() if k not in job_env}
     try:
         conn = client.connect(base, job_env, restart=attempt > 0)
     except client.Cold as e:
         print(f"[alchemist] cold start: {e}", flush=True)
         return None
-    world = int(request["world_size"])
-    msg = {
+    world = len(envs)
+    msg: dict[str, Any] = {
         "op": "run",
         "job_id": job_dir.job_id,
         "attempt": attempt,
         "job_root": str(job_dir.root),
-        "cwd": request.get("cwd") or str(job_dir.root),
+        "cwd": cwd,
         "log": str(job_dir.launcher_log),
-        "ranks": rank_envs(
-            env, job_dir.job_id, world, attempt, int(request.get("max_restarts") or 0)
-        ),
+        "ranks": envs,
     }
+    if entry is not None:
+        msg["entry"] = entry
     t0 = time.perf_counter()
     lines = Lines(conn.fileno())
     try:
@@ -173,7 +193,7 @@ def _launch(
                         f" in {(time.perf_counter() - t0) * 1000:.0f} ms",
                         flush=True,
                     )
-                    return _Attempt(job_dir, conn, lines, reply["pids"], attempt)
+                    return Attempt(job_dir, conn, lines, reply["pids"], attempt)
                 if reply.get("event") == "error":
                     print(
                         f"[alchemist] cold start: the warm pool failed: {reply['message']}",

@@ -6,7 +6,7 @@ opens the rendezvous store on loopback, listens on ``pool.sock`` (accepting only
 own user's processes: the folder is 0700 and each peer's uid is checked), and then:
 
 - ``{"op": "run", "job_id", "attempt", "job_root", "cwd", "log", "ranks": [ENV, ...]}``
-  from a supervisor: the zygote forks the ranks, each with ``MASTER_ADDR``/``MASTER_PORT``
+  (and ``"entry": "session"`` for a session's engines) from a supervisor: the zygote forks the ranks, each with ``MASTER_ADDR``/``MASTER_PORT``
   of the store and a key prefix of its own (``job/<id>/attempt-<n>``: no process group
   crosses jobs or attempts); the supervisor hears ``{"event": "started", "pids"}``, then
   ``{"event": "exit", "rank", "status"}`` for each rank;
@@ -203,7 +203,7 @@ class Daemon:
         ]
         self.jobs[tag] = _Job(conn=conn, job_id=msg["job_id"])
         assert self.zygote.stdin is not None
-        request = {k: msg[k] for k in ("job_root", "cwd", "log")}
+        request = {k: msg[k] for k in ("job_root", "cwd", "log", "entry") if k in msg}
         self.zygote.stdin.write(encode({"op": "fork", "tag": tag, "ranks": ranks, **request}))
         self.zygote.stdin.flush()
 

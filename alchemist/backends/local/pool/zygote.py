@@ -14,7 +14,9 @@ otherwise.
 Messages (JSON lines; the daemon's on stdin, ours on stdout):
 
 - in: ``{"op": "fork", "tag": T, "job_root": DIR, "cwd": DIR, "log": FILE,
-  "ranks": [ENV, ...]}`` (one full environment per rank);
+  "ranks": [ENV, ...], "entry": "session"?}`` (one full environment per rank; with
+  ``entry`` ``session`` each child runs a session's engine,
+  :func:`alchemist.interactive.engine.main`, instead of a batch rank);
 - out: ``{"ready": true, ...}`` once, ``{"forked": T, "pids": [...]}``,
   ``{"exit": PID, "status": CODE}`` (a negative code: killed by that signal),
   ``{"error": TEXT, "tag": T}``.
@@ -56,6 +58,10 @@ PRELOAD = (
     "alchemist.metrics.system",
     "alchemist.bundle",
     "alchemist.outcomes",
+    # an interactive session's engine (alchemist.interactive.engine); no threads, no sockets
+    "ipyparallel",
+    "ipyparallel.engine.app",
+    "alchemist.interactive.engine",
 )
 #: Further modules to import (comma-separated), e.g. ``torchvision,transformers``.
 PRELOAD_VAR = "ALCHEMIST_POOL_PRELOAD"
@@ -128,6 +134,11 @@ def _become_rank(cmd: dict[str, Any], env: dict[str, str], channel: tuple[int, i
     threads = env.get("OMP_NUM_THREADS", "").strip()
     if threads.isdigit() and int(threads) > 0:
         torch.set_num_threads(int(threads))
+    if cmd.get("entry") == "session":
+        from alchemist.interactive.engine import main as engine_main
+
+        engine_main([cmd["job_root"], env["RANK"]])
+        return 0
     from alchemist.runtime.worker import main
 
     return main([cmd["job_root"]])

@@ -1,0 +1,72 @@
+"""A session's engines forked from the user's warm pool (real daemon, zygote, engines).
+
+Each engine is a fresh process forked from the pool's zygote (torch and ipyparallel
+already imported); its process group meets on the pool's store under the session's own
+prefix, so two sessions served by one pool at once never pair their collectives.
+``no_warm`` starts the engines cold, as new Python processes under the supervisor.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import psutil
+
+ALL_REDUCE = """
+import torch, torch.distributed as dist, alchemist
+t = torch.tensor([float(alchemist.context().rank + 1)])
+dist.all_reduce(t)
+print(f"sum={t.item():g}")
+"""
+
+OTHER_SESSION = """
+import alchemist
+s = alchemist.session(3)
+s.run({cell!r})
+s.stop()
+"""
+
+
+def _parents(s: Any) -> set[str]:
+    """What started the session's engines: the module each one's parent runs."""
+    out = set()
+    for r in s.ranks:
+        pid = int((s.job_dir.pids / f"rank-{r}.pid").read_text())
+        parent = psutil.Process(pid).parent()
+        assert parent is not None
+        out.add(" ".join(parent.cmdline()[1:3]))
+    return out
+
+
+def test_engines_come_from_the_warm_pool_and_two_sessions_share_it_safely(
+    started: Any, capsys: Any
+) -> None:
+    s = started(2)
+    log = s.job_dir.launcher_log.read_text()
+    assert "warm start: 2 ranks forked from the warm pool" in log, log[-2000:]
+    assert _parents(s) == {"-m alchemist.backends.local.pool.zygote"}
+    # a second session (another kernel: a process of its own) served by the same pool
+    # while this one runs: each all_reduce sums its own world only
+    other = subprocess.run(
+        [sys.executable, "-c", OTHER_SESSION.format(cell=ALL_REDUCE)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert other.returncode == 0, other.stderr[-3000:]
+    assert sorted(line for line in other.stdout.splitlines() if "sum=" in line) == [
+        f"[rank {r}] sum=6" for r in range(3)
+    ]
+    s.run(ALL_REDUCE)
+    out = capsys.readouterr().out
+    assert "[rank 0] sum=3" in out and "[rank 1] sum=3" in out
+
+
+def test_no_warm_starts_the_engines_as_new_processes(started: Any, capsys: Any) -> None:
+    s = started(2, no_warm=True)
+    assert "warm start" not in s.job_dir.launcher_log.read_text()
+    assert _parents(s) == {"-m alchemist.interactive.supervisor"}
+    s.run(ALL_REDUCE)
+    assert "[rank 1] sum=3" in capsys.readouterr().out

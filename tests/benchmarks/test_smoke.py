@@ -108,7 +108,9 @@ def test_interactive_smoke_runs_both_arms() -> None:
         "failed runs: session cold 0 of 1, batch cold 0 of 1, session warm 0 of 1,"
         " batch warm 0 of 1" in out
     ), out
-    assert re.search(r"round trip \(one small all_reduce\), 10 cells: p50 [0-9.]+ ms, p95", out), out
+    assert re.search(r"round trip \(one small all_reduce\), 10 cells: p50 [0-9.]+ ms, p95", out), (
+        out
+    )
     assert re.search(r"ratio session / batch first result: [0-9.]+ \(target <= 1.5\)", out), out
     assert re.search(r"ratio session / batch first result, warm: [0-9.]+", out), out
     assert re.search(r"warm pool start-up \(once, with a first job\): [0-9.]+ s", out), out

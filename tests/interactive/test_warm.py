@@ -70,3 +70,35 @@ def test_no_warm_starts_the_engines_as_new_processes(started: Any, capsys: Any) 
     assert _parents(s) == {"-m alchemist.interactive.supervisor"}
     s.run(ALL_REDUCE)
     assert "[rank 1] sum=3" in capsys.readouterr().out
+
+
+def test_stopping_the_session_that_started_the_pool_leaves_the_pool_up(
+    started: Any, monkeypatch: Any, tmp_path: Any
+) -> None:
+    """The session whose supervisor started the warm pool (the daemon is that process's
+    child until it ends) stops without taking the pool with it: the next session's
+    engines are forked at once instead of waiting for a new pool."""
+    import tempfile
+    from pathlib import Path
+
+    from alchemist.backends.local.pool import client as pool_client
+    from alchemist.backends.local.pool import state
+
+    folder = Path(tempfile.mkdtemp(prefix="ap-"))  # a pool of this test's own
+    monkeypatch.setenv(state.POOL_DIR_VAR, str(folder))
+    try:
+        first = started(2)
+        assert "warm start" in first.job_dir.launcher_log.read_text()
+        daemon = state.read_info(state.pool_dir())
+        assert daemon is not None
+        first.stop()
+        info = state.read_info(state.pool_dir())
+        assert info is not None and info.pid == daemon.pid and info.status == "ready"
+        assert psutil.pid_exists(daemon.pid)
+        second = started(2)
+        assert "warm start" in second.job_dir.launcher_log.read_text()
+        assert state.read_info(state.pool_dir()).pid == daemon.pid  # type: ignore[union-attr]
+    finally:
+        for pool in folder.iterdir():
+            if pool.is_dir():
+                pool_client.stop(pool)

@@ -147,6 +147,26 @@ def test_cancel_and_timeout_through_the_pool(run: Run, alchemist_home: Path) -> 
     assert pool().served == 3  # the pool served all three, and is still up
 
 
+def test_cancelling_the_job_that_started_the_pool_leaves_the_pool_up(pools: Path) -> None:
+    """The first job's supervisor starts the daemon, which is its child until that
+    supervisor ends: cancelling that job stops the job's processes, never the pool
+    (stopping a session whose supervisor had started the pool once took the daemon and
+    the zygote with it: tests/interactive/test_warm.py)."""
+    job = client.submit(
+        'import time\nprint("up", flush=True)\ntime.sleep(600)', namespace={}, workers=2
+    )
+    deadline = time.monotonic() + 120
+    while job.logs().count("up") < 2:
+        assert time.monotonic() < deadline, job.logs()
+        time.sleep(0.1)
+    assert started(job) == "warm"
+    daemon = pool().pid
+    job.cancel()
+    assert job.status().state == JobState.CANCELLED
+    assert psutil.pid_exists(daemon) and pool().status == "ready"
+    assert pool().pid == daemon
+
+
 def test_a_rank_that_exits_fails_the_job_with_its_status_and_the_pool_survives(run: Run) -> None:
     job = run(
         "import os, time, alchemist, torch, torch.distributed as dist\n"

@@ -29,16 +29,37 @@ def alive(pid: int | None) -> bool:
         return False
 
 
+#: The warm pool's daemon: a child of the supervisor that started it until that one
+#: ends, but never part of that job (it serves every job of the user).
+POOL_DAEMON_MODULE = "alchemist.backends.local.pool.daemon"
+
+
+def _descendants(proc: psutil.Process) -> list[psutil.Process]:
+    """``proc``'s children, theirs and so on, but not a warm pool's daemon nor anything
+    under it (the zygote; warm ranks are found by their pid files instead)."""
+    out: list[psutil.Process] = []
+    todo = [proc]
+    while todo:
+        for child in todo.pop().children():
+            with contextlib.suppress(psutil.Error):
+                if POOL_DAEMON_MODULE in child.cmdline():
+                    continue
+                out.append(child)
+                todo.append(child)
+    return out
+
+
 def job_processes(job_root: Path, root_pids: list[int]) -> list[psutil.Process]:
     """Every live process of a job: the given roots, their descendants, the ranks named
     in ``pids/`` and any process whose command line names the job directory (a rank
-    torchrun started in a session of its own, or one orphaned by a killed launcher)."""
+    torchrun started in a session of its own, or one orphaned by a killed launcher).
+    Never the user's warm pool, which the job's supervisor may have started."""
     found: dict[int, psutil.Process] = {}
     for pid in root_pids:
         try:
             proc = psutil.Process(pid)
             found[pid] = proc
-            for child in proc.children(recursive=True):
+            for child in _descendants(proc):
                 found[child.pid] = child
         except psutil.Error:
             continue
@@ -52,7 +73,7 @@ def job_processes(job_root: Path, root_pids: list[int]) -> list[psutil.Process]:
             proc = psutil.Process(rank_pid)
             if proc.create_time() <= pid_file.stat().st_mtime + 1:
                 found[rank_pid] = proc
-                for child in proc.children(recursive=True):
+                for child in _descendants(proc):
                     found[child.pid] = child
     marker = str(job_root)
     for proc in psutil.process_iter(["cmdline"]):
@@ -60,7 +81,7 @@ def job_processes(job_root: Path, root_pids: list[int]) -> list[psutil.Process]:
             cmdline = proc.info["cmdline"] or []
             if any(marker == arg for arg in cmdline):
                 found[proc.pid] = proc
-                for child in proc.children(recursive=True):
+                for child in _descendants(proc):
                     found[child.pid] = child
     return [p for p in found.values() if p.pid != psutil.Process().pid]
 

@@ -45,21 +45,12 @@ class LocalEngines:
 
     def launch(self) -> None:
         """Start the session's supervisor in a session of its own (it outlives the kernel)."""
+        from alchemist.backends.local.procs import start_supervisor
+
         jd = self.job_dir
-        log = open(jd.launcher_log, "ab")  # noqa: SIM115 - handed to the child
-        try:
-            self._supervisor = subprocess.Popen(
-                [sys.executable, "-m", "alchemist.interactive.supervisor", str(jd.root)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=jd.root,
-                start_new_session=True,
-                close_fds=True,
-            )
-        finally:
-            log.close()
-        (jd.pids / "launcher.pid").write_text(str(self._supervisor.pid))
+        self._supervisor = start_supervisor(
+            "alchemist.interactive.supervisor", jd.root, jd.launcher_log
+        )
 
     def state(self, fresh: bool = False) -> dict[str, Any]:
         """The job's state record (``state``, ``reason``, ...) as the supervisor wrote it."""

@@ -181,7 +181,8 @@ class SessionMagics(Magics):
     def _promote(self, words: list[str]) -> Any:
         args = _promote_parser().parse_args(words)
         options = options_from_args(args, "magic")
-        result = _session().promote(
+        last = session_mod.last_session()  # a stopped session promotes from its transcript
+        result = (session_mod.current_session() or last or _session()).promote(
             _numbers(args.cells, "--cells"),
             dry_run=args.dry_run,
             namespace=self.shell.user_ns if self.shell is not None else None,

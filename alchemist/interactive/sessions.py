@@ -54,6 +54,13 @@ HEALTH_BARRIER_S = 10.0
 IDLE_GRACE_S = 60.0
 
 _current: Session | None = None
+_last: Session | None = None  # the latest started or attached here, stopped or not
+
+
+def last_session() -> Session | None:
+    """The session this kernel started or attached last, even if it was stopped since
+    (promote works from its transcript)."""
+    return _last
 
 
 def current_session() -> Session | None:
@@ -149,7 +156,7 @@ class Session:
                 the engines did not come up within ``start_timeout`` seconds (nothing is
                 left running then).
         """
-        global _current
+        global _current, _last
         if _current is not None and _current.running():
             raise SessionError(
                 f"session {_current.id} ({_current.world_size} ranks) is already running:"
@@ -223,7 +230,7 @@ class Session:
         except BaseException:
             self._kill("the start was interrupted")
             raise
-        _current = self
+        _current = _last = self
         return self
 
     def _wait_ready(self, timeout: float) -> None:
@@ -298,7 +305,7 @@ class Session:
         Raises:
             SessionError: no such session, not a session, or not running.
         """
-        global _current
+        global _current, _last
         from alchemist.client import attach as attach_job
 
         job = attach_job(job_id)
@@ -310,7 +317,7 @@ class Session:
         self._connect()
         self._client.wait_for_engines(self.world_size, timeout=30)
         self._generation = int((self.job_dir.read_state() or {}).get("session", {}).get("pg", 0))
-        _current = self
+        _current = _last = self
         return self
 
     # -- state -----------------------------------------------------------------------------
@@ -775,4 +782,28 @@ class Session:
         options.setdefault("gpus_per_worker", int(self.config["gpus_per_worker"]) or None)
         options.setdefault("name", f"{self.config.get('name') or 'session'}-batch"[:63])
         options = {k: v for k, v in options.items() if v is not None}
-        return client.submit(promo.script, namespace=namespace, dry_run=dry_run, **options)
+        job = client.submit(promo.script, namespace=namespace, dry_run=dry_run, **options)
+        if not dry_run:
+            self._warn_if_queued_behind(job)
+        return job
+
+    def _warn_if_queued_behind(self, job: Any) -> None:
+        """Say so when the promoted job cannot start before this (local, running) session
+        frees the machine's CPU slots or GPUs it holds."""
+        if self.engines.backend != "local" or job.spec.backend != "local" or not self.running():
+            return
+        adm = self.config.get("admission") or {}
+        cap = adm.get("capacity") or {}
+        slots = int(cap.get("slots") or 0)
+        gpus = int(cap.get("gpus") or 0)
+        need_gpus = job.spec.workers * job.spec.resources.gpus
+        if (slots and self.world_size + job.spec.world_size > slots) or (
+            need_gpus and int(adm.get("gpus") or 0) + need_gpus > gpus
+        ):
+            print(
+                f"[alchemist] job {job.id} waits in the queue while session {self.id} holds"
+                " this machine's CPU slots or GPUs: %alchemist_session stop frees them"
+                " (promote also works after the stop)",
+                file=sys.stderr,
+                flush=True,
+            )

@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+#: Terminal colour codes (in IPython's tracebacks).
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+#: One all_reduce of rank + 1: every rank prints the world's sum (3 for 2 ranks).
+ALL_REDUCE = """
+import torch, torch.distributed as dist, alchemist
+ctx = alchemist.context()
+t = torch.tensor([float(ctx.rank + 1)])
+dist.all_reduce(t)
+print(f"rank={ctx.rank} sum={t.item():g}")
+"""
 
 
 @pytest.fixture
@@ -83,3 +99,24 @@ def assert_guessed_key_refused(
     attempt = as_nobody(sys.executable, "-c", probe, json.dumps(info), str(marker))
     assert attempt.stdout.strip().startswith("refused"), attempt
     assert not marker.exists()
+
+
+def interrupt_a_loop(s: Any, capsys: Any) -> Any:
+    """Run a Python loop on every rank of session ``s`` and interrupt it as the stop
+    button does (SIGINT to this process once both ranks loop); check that the notebook
+    got ``KeyboardInterrupt``, every rank stopped and each printed its own. Returns the
+    captured output."""
+    logs = [s.job_dir.rank_log(r) for r in s.ranks]
+
+    def interrupt_when_looping() -> None:
+        wait_for(lambda: all("looping" in p.read_text() for p in logs), 60, "both ranks to loop")
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_when_looping, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        s.run("import time\nprint('looping', flush=True)\nwhile True:\n    time.sleep(0.01)")
+    out = capsys.readouterr()
+    assert "every rank stopped" in out.out
+    err = ANSI.sub("", out.err)
+    assert "[rank 0] KeyboardInterrupt" in err and "[rank 1] KeyboardInterrupt" in err
+    return out

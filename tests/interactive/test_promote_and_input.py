@@ -120,6 +120,10 @@ def test_the_magics(ip: Any, capfd: Any) -> None:
     assert current_session() is None
     with pytest.raises(UsageError, match="no session is running"):
         ip.run_line_magic("alchemist_session", "status")
+    # the session just stopped still promotes, from its transcript
+    capfd.readouterr()
+    ip.run_line_magic("alchemist_session", "promote --dry-run -n 1 --name after-stop")
+    assert "world size 1" in capfd.readouterr().out
 
 
 def test_another_user_cannot_reach_the_controller(started: Any) -> None:

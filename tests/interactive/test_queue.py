@@ -27,8 +27,8 @@ def test_a_session_waits_for_a_batch_job_s_slots_and_a_batch_job_for_a_session_s
 ) -> None:
     """Two CPU slots: a session started while a 2-rank batch job runs is ``queued`` with
     the queue's reason (the start says so and waits, its start timeout not counting) and
-    comes up when the job ends; a batch job submitted while the session runs waits until
-    the session stops."""
+    comes up when the job ends; a batch job promoted while the session runs waits until
+    the session stops, and promote says so."""
     monkeypatch.setenv("ALCHEMIST_LOCAL_CPU_SLOTS", "2")
     release = tmp_path / "release"
     job = client.submit(HOLD.format(release=str(release)), namespace={}, workers=2, name="hold")
@@ -63,7 +63,12 @@ def test_a_session_waits_for_a_batch_job_s_slots_and_a_batch_job_for_a_session_s
     s.run("print('up')")
     assert "[rank 1] up" in capsys.readouterr().out
 
-    second = client.submit("x = 1", namespace={}, workers=2, name="after-session")
+    s.run("x = 1")
+    capsys.readouterr()
+    second = s.promote(name="after-session")  # the cells that worked, as a batch job
+    assert f"job {second.id} waits in the queue while session {s.id} holds" in (
+        capsys.readouterr().err
+    )
     wait_for(lambda: second.status().state == JobState.QUEUED, 60, "the batch job to queue")
     s.stop()
     assert second.wait(timeout=180).state == JobState.SUCCEEDED, second.logs()

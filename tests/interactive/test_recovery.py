@@ -18,17 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.interactive.conftest import wait_for
-
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-ALL_REDUCE = """
-import torch, torch.distributed as dist, alchemist
-ctx = alchemist.context()
-t = torch.tensor([float(ctx.rank + 1)])
-dist.all_reduce(t)
-print(f"rank={ctx.rank} sum={t.item():g}")
-"""
+from tests.interactive.conftest import ALL_REDUCE, ANSI, wait_for
 
 
 def test_restart_of_a_broken_session_replays_only_the_cells_named(ip: Any, capsys: Any) -> None:

@@ -6,25 +6,13 @@ Real ipyparallel engines (two local processes, gloo) started through Alchemist.
 from __future__ import annotations
 
 import os
-import re
 import signal
-import threading
 from typing import Any
 
 import psutil
 import pytest
 
-from tests.interactive.conftest import wait_for
-
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-ALL_REDUCE = """
-import torch, torch.distributed as dist, alchemist
-ctx = alchemist.context()
-t = torch.tensor([float(ctx.rank + 1)])
-dist.all_reduce(t)
-print(f"rank={ctx.rank} sum={t.item():g}")
-"""
+from tests.interactive.conftest import ALL_REDUCE, ANSI, interrupt_a_loop, wait_for
 
 
 def test_ranks_state_collectives_output_and_listing(started: Any, capsys: Any) -> None:
@@ -81,19 +69,7 @@ def test_interrupt_reaches_every_rank_and_the_next_cell_runs(started: Any, capsy
     from alchemist.interactive import SessionError
 
     s = started(2)
-    logs = [s.job_dir.rank_log(r) for r in s.ranks]
-
-    def interrupt_when_looping() -> None:
-        wait_for(lambda: all("looping" in p.read_text() for p in logs), 60, "both ranks to loop")
-        os.kill(os.getpid(), signal.SIGINT)
-
-    threading.Thread(target=interrupt_when_looping, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        s.run("import time\nprint('looping', flush=True)\nwhile True:\n    time.sleep(0.01)")
-    out = capsys.readouterr()
-    assert "every rank stopped" in out.out
-    err = ANSI.sub("", out.err)
-    assert "[rank 0] KeyboardInterrupt" in err and "[rank 1] KeyboardInterrupt" in err
+    interrupt_a_loop(s, capsys)
     from alchemist.interactive import transcript
 
     (cell,) = transcript.read(s.dirs.transcript)

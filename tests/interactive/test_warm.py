@@ -14,12 +14,7 @@ from typing import Any
 
 import psutil
 
-ALL_REDUCE = """
-import torch, torch.distributed as dist, alchemist
-t = torch.tensor([float(alchemist.context().rank + 1)])
-dist.all_reduce(t)
-print(f"sum={t.item():g}")
-"""
+from tests.interactive.conftest import ALL_REDUCE
 
 OTHER_SESSION = """
 import alchemist
@@ -57,11 +52,11 @@ def test_engines_come_from_the_warm_pool_and_two_sessions_share_it_safely(
     )
     assert other.returncode == 0, other.stderr[-3000:]
     assert sorted(line for line in other.stdout.splitlines() if "sum=" in line) == [
-        f"[rank {r}] sum=6" for r in range(3)
+        f"[rank {r}] rank={r} sum=6" for r in range(3)
     ]
     s.run(ALL_REDUCE)
     out = capsys.readouterr().out
-    assert "[rank 0] sum=3" in out and "[rank 1] sum=3" in out
+    assert "[rank 0] rank=0 sum=3" in out and "[rank 1] rank=1 sum=3" in out
 
 
 def test_no_warm_starts_the_engines_as_new_processes(started: Any, capsys: Any) -> None:
@@ -69,7 +64,7 @@ def test_no_warm_starts_the_engines_as_new_processes(started: Any, capsys: Any) 
     assert "warm start" not in s.job_dir.launcher_log.read_text()
     assert _parents(s) == {"-m alchemist.interactive.supervisor"}
     s.run(ALL_REDUCE)
-    assert "[rank 1] sum=3" in capsys.readouterr().out
+    assert "[rank 1] rank=1 sum=3" in capsys.readouterr().out
 
 
 def test_stopping_the_session_that_started_the_pool_leaves_the_pool_up(

@@ -17,12 +17,9 @@ checked against the real Kubernetes schemas in ``test_k8s_manifests.py``-style b
 from __future__ import annotations
 
 import json
-import os
-import re
 import signal
 import socket
 import stat
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,17 +28,13 @@ import pytest
 
 import alchemist.backends as backends_registry
 from alchemist.backends.kubernetes import KubernetesBackend, slugs
-from tests.interactive.conftest import assert_guessed_key_refused, wait_for
+from tests.interactive.conftest import (
+    ALL_REDUCE,
+    assert_guessed_key_refused,
+    interrupt_a_loop,
+    wait_for,
+)
 from tests.kubernetes.k8s_standin import Kubelet, StandinApiServer, standin_backend
-
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-ALL_REDUCE = """
-import torch, torch.distributed as dist, alchemist
-ctx = alchemist.context()
-t = torch.tensor([float(ctx.rank + 1)])
-dist.all_reduce(t)
-print(f"rank={ctx.rank} sum={t.item():g}")
-"""
 
 
 @pytest.fixture
@@ -147,19 +140,7 @@ def test_a_session_s_ranks_are_pods_and_a_stop_completes_the_job(
     }
     assert {r: s.pull("pid", rank=r) for r in s.ranks} == pod_pids
 
-    logs = [s.job_dir.rank_log(r) for r in s.ranks]
-
-    def interrupt_when_looping() -> None:
-        wait_for(lambda: all("looping" in p.read_text() for p in logs), 60, "both ranks to loop")
-        os.kill(os.getpid(), signal.SIGINT)
-
-    threading.Thread(target=interrupt_when_looping, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        s.run("import time\nprint('looping', flush=True)\nwhile True:\n    time.sleep(0.01)")
-    out = capsys.readouterr()
-    assert "every rank stopped" in out.out
-    err = ANSI.sub("", out.err)
-    assert "[rank 0] KeyboardInterrupt" in err and "[rank 1] KeyboardInterrupt" in err
+    interrupt_a_loop(s, capsys)  # over the control channel: no pod is signalled from here
     s.run(ALL_REDUCE)  # the next cell runs on the same group
     assert "[rank 1] rank=1 sum=3" in capsys.readouterr().out
 

@@ -35,6 +35,18 @@ def pids(job: client.Job) -> set[int]:
     return {int(ln.split()[-1]) for ln in job.logs().splitlines() if " pid " in f" {ln}"}
 
 
+def sleeping_job() -> client.Job:
+    """A 2-rank job whose ranks both printed "up" and then sleep for 10 minutes."""
+    job = client.submit(
+        'import time\nprint("up", flush=True)\ntime.sleep(600)', namespace={}, workers=2
+    )
+    deadline = time.monotonic() + 120
+    while job.logs().count("up") < 2:
+        assert time.monotonic() < deadline, job.logs()
+        time.sleep(0.1)
+    return job
+
+
 def pool() -> state.PoolInfo:
     info = state.read_info(state.pool_dir())
     assert info is not None, "no warm pool"
@@ -126,13 +138,7 @@ def test_logs_stay_per_job_and_rank(run: Run) -> None:
 
 def test_cancel_and_timeout_through_the_pool(run: Run, alchemist_home: Path) -> None:
     run(PIDS)  # the pool is up
-    job = client.submit(
-        'import time\nprint("up", flush=True)\ntime.sleep(600)', namespace={}, workers=2
-    )
-    deadline = time.monotonic() + 60
-    while job.logs().count("up") < 2:
-        assert time.monotonic() < deadline, job.logs()
-        time.sleep(0.1)
+    job = sleeping_job()
     assert started(job) == "warm"
     job.cancel()
     assert job.status().state == JobState.CANCELLED
@@ -152,13 +158,7 @@ def test_cancelling_the_job_that_started_the_pool_leaves_the_pool_up(pools: Path
     supervisor ends: cancelling that job stops the job's processes, never the pool
     (stopping a session whose supervisor had started the pool once took the daemon and
     the zygote with it: tests/interactive/test_warm.py)."""
-    job = client.submit(
-        'import time\nprint("up", flush=True)\ntime.sleep(600)', namespace={}, workers=2
-    )
-    deadline = time.monotonic() + 120
-    while job.logs().count("up") < 2:
-        assert time.monotonic() < deadline, job.logs()
-        time.sleep(0.1)
+    job = sleeping_job()
     assert started(job) == "warm"
     daemon = pool().pid
     job.cancel()

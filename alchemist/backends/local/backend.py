@@ -19,7 +19,14 @@ from alchemist import outcomes
 from alchemist.backends.api import Backend, DryRunInfo, JobRequest, format_command
 from alchemist.backends.launch import LOOPBACK, local_launcher_args, runtime_args, worker_env
 from alchemist.backends.local.admission import Capacity
-from alchemist.backends.local.procs import CANCEL_MARKER, alive, job_processes, read_pid, terminate
+from alchemist.backends.local.procs import (
+    CANCEL_MARKER,
+    alive,
+    job_processes,
+    read_pid,
+    start_supervisor,
+    terminate,
+)
 from alchemist.errors import CapacityError, JobNotFoundError
 from alchemist.jobdir import atomic_write_json
 from alchemist.spec import JobSpec, JobState, JobStatus
@@ -197,21 +204,9 @@ class LocalBackend(Backend):
     def _schedule(self, req: JobRequest, info: DryRunInfo) -> None:
         jd = req.job_dir
         atomic_write_json(jd.root / "launch.json", info.request)
-        log = open(jd.launcher_log, "ab")  # noqa: SIM115 - handed to the child
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "alchemist.backends.local.supervisor", str(jd.root)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=jd.root,
-                start_new_session=True,
-                close_fds=True,
-            )
-        finally:
-            log.close()
-        (jd.pids / "launcher.pid").write_text(str(proc.pid))
-        self._children[req.job_id] = proc
+        self._children[req.job_id] = start_supervisor(
+            "alchemist.backends.local.supervisor", jd.root, jd.launcher_log
+        )
 
     def _reap(self, job_id: str) -> None:
         child = self._children.get(job_id)

@@ -4,12 +4,35 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
 
 #: File in the job directory that asks the supervisor to cancel the job.
 CANCEL_MARKER = "cancel-requested"
+
+
+def start_supervisor(module: str, job_root: Path, launcher_log: Path) -> subprocess.Popen[bytes]:
+    """Start ``python -m module JOB_DIR`` (a batch job's or a session's supervisor) in a
+    session of its own, so that it outlives the kernel, the Jupyter server and the hub,
+    with its output in the job's launcher log; its pid goes to ``pids/launcher.pid``."""
+    log = open(launcher_log, "ab")  # noqa: SIM115 - handed to the child
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", module, str(job_root)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=job_root,
+            start_new_session=True,
+            close_fds=True,
+        )
+    finally:
+        log.close()
+    (job_root / "pids" / "launcher.pid").write_text(str(proc.pid))
+    return proc
 
 
 def read_pid(path: Path) -> int | None:

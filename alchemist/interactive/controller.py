@@ -2,9 +2,10 @@
 
 On one machine it listens on loopback only; on Kubernetes it runs in rank 0's pod and
 listens there (``--location``: the pod's name that the other pods and the notebook
-dial; the namespace's NetworkPolicy admits only the user's own pods). It writes its connection files into the session's
-``session/ipython/security/`` (0600, in folders made 0700 before it starts): they hold
-the key that signs every message, so only the session's owner can reach its engines.
+dial; the namespace's NetworkPolicy admits only the user's own pods). It writes its
+connection files into the session's ``session/ipython/security/`` (0600, in folders
+made 0700 before it starts): they hold the key that signs every message, so only the
+session's owner can reach its engines.
 The job directory on the command line lets the session's supervisor (and
 ``alchemist cancel``) find the controller by it.
 """

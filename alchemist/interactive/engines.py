@@ -5,8 +5,9 @@ ipyparallel on both backends; what differs is how they are started, watched, sig
 and stopped, which this module hides behind one small interface:
 
 - :class:`LocalEngines`: the session's supervisor (:mod:`.supervisor`), a process of
-  its own that starts the controller and one engine process per rank and writes the
-  job's ``state.json``. Interrupts are SIGINT to the ranks' pids.
+  its own that waits in the machine's queue, starts the controller and one engine per
+  rank (forked from the user's warm pool, or as a new process) and writes the job's
+  ``state.json``. Interrupts are SIGINT to the ranks' pids.
 - :class:`PodEngines`: an Indexed Job and headless Service made by the Kubernetes
   backend (one pod per rank, rank 0's pod also serving the store and the controller;
   see :mod:`.engine`). The state is the Job's, read through the backend; interrupts go
@@ -17,6 +18,7 @@ and stopped, which this module hides behind one small interface:
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -137,7 +139,7 @@ class PodEngines:
         from alchemist.spec import JobSpec
 
         jd = self.job_dir
-        spec = JobSpec.from_dict(__import__("json").loads(jd.spec.read_text()))
+        spec = JobSpec.from_dict(json.loads(jd.spec.read_text()))
         req = JobRequest(jd.job_id, str(self._owner()), spec, jd)
         try:
             info = get_backend("kubernetes").submit(req)
@@ -148,8 +150,6 @@ class PodEngines:
             print(f"[alchemist] {line}", file=sys.stderr, flush=True)
 
     def _owner(self) -> str:
-        import json
-
         return str(json.loads(self.job_dir.record.read_text()).get("owner"))
 
     def state(self, fresh: bool = False) -> dict[str, Any]:

@@ -109,6 +109,9 @@ def wait_for_connection_file(sd: SessionDir, timeout: float) -> None:
 def engine_argv(sd: SessionDir, rank: int) -> list[str]:
     return [
         f"--IPEngine.url_file={sd.engine_file}",
+        # The rank's folder (the notebook's, or the job's in a pod). ipyparallel's default
+        # is the folder it was imported in: in a warm pool's zygote, the pool's.
+        f"--IPEngine.work_dir={os.getcwd()}",
         f"--IPEngine.id={rank}",
         # The session's supervisor watches the engines: no nanny process per engine.
         "--IPEngine.enable_nanny=False",

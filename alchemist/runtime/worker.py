@@ -102,6 +102,25 @@ def _init_process_group(algorithm: str) -> None:
         dist.init_process_group("nccl", device_id=ctx.device, timeout=timeout, **kwargs)
     else:
         dist.init_process_group("gloo", timeout=timeout, **kwargs)
+    if store is not None:
+        _all_ranks_made_the_group(store, ctx.world_size)
+
+
+#: Store key counting the ranks that finished making the process group (per attempt).
+_GROUP_MADE_KEY = "alchemist/group-made"
+
+
+def _all_ranks_made_the_group(store: Any, world_size: int) -> None:
+    """Return once every rank has finished making the process group.
+
+    A rank whose code ends at once could otherwise exit while a peer still connects its
+    gloo mesh, and that peer fails with "Connection closed by peer" (seen with 12 tiny
+    jobs at once). This meets on the rendezvous store, not in a collective, so the
+    group's collective sequence numbers (which the hang diagnosis names) are the user's.
+    """
+    if store.add(_GROUP_MADE_KEY, 1) == world_size:
+        store.set(f"{_GROUP_MADE_KEY}/all", "1")
+    store.wait([f"{_GROUP_MADE_KEY}/all"])
 
 
 def _save_outputs(job_dir: JobDir, names: list[str], ns: dict[str, Any]) -> None:

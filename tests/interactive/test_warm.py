@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 import psutil
+import pytest
 
 from tests.interactive.conftest import ALL_REDUCE
 
@@ -65,6 +66,28 @@ def test_no_warm_starts_the_engines_as_new_processes(started: Any, capsys: Any) 
     assert _parents(s) == {"-m alchemist.interactive.supervisor"}
     s.run(ALL_REDUCE)
     assert "[rank 1] rank=1 sum=3" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_cells_run_in_the_notebook_s_folder(
+    started: Any, tmp_path: Any, monkeypatch: Any, warm: bool
+) -> None:
+    """Relative paths and the folder's modules work on the ranks as in the notebook (a
+    warm engine once ran in the pool's folder: ipyparallel's default working folder is
+    the one it was imported in, the zygote's)."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "data.txt").write_text("42")
+    (folder / "helpers.py").write_text("def answer():\n    return 42\n")
+    monkeypatch.chdir(folder)
+    s = started(2, no_warm=not warm)
+    assert ("warm start" in s.job_dir.launcher_log.read_text()) == warm
+    s.run(
+        "import os, helpers\nhere = os.getcwd()\n"
+        "value = int(open('data.txt').read())\nanswer = helpers.answer()"
+    )
+    assert s.pull("here", rank=1) == str(folder)
+    assert s.pull("value", rank=0) == 42 and s.pull("answer", rank=1) == 42
 
 
 def test_stopping_the_session_that_started_the_pool_leaves_the_pool_up(

@@ -392,7 +392,7 @@ def submit(
     # Beside the spec, so that a directory whose row was lost is indexed again.
     atomic_write_json(job_dir.record, _record_file(record))
     store = get_store()
-    store.add(record)
+    store.add_new(record)
 
     def refused(reason: str) -> None:
         # In the job directory too (the truth): an index rebuilt from it keeps the reason.

@@ -34,7 +34,7 @@ from typing import Any
 
 from sqlalchemy import Float, Integer, String, Text, create_engine, event, select
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from sqlalchemy.pool import NullPool
 
@@ -158,6 +158,21 @@ class JobStore:
                     job_dir=record.job_dir,
                 )
             )
+
+    def add_new(self, record: JobRecord) -> None:
+        """Index a job just submitted. Its files are written before its row, so a listing
+        in another process may have indexed it from them in between
+        (:func:`alchemist.client._reindex`): that row is this job's, and stays.
+
+        Raises:
+            IntegrityError: the id belongs to another job (another owner or folder).
+        """
+        try:
+            self.add(record)
+        except IntegrityError:
+            found = self.get(record.id)
+            if found is None or (found.owner, found.job_dir) != (record.owner, record.job_dir):
+                raise
 
     def get(self, job_id: str) -> JobRecord | None:
         with Session(self.engine) as s:

@@ -60,5 +60,5 @@ def create_session_job(spec: JobSpec, session_config: dict[str, Any]) -> JobDir:
     atomic_write_json(sd.config, session_config)
     record = pending_record(job_id, config.current_user(), spec, job_dir)
     atomic_write_json(job_dir.record, {**_record_file(record), "kind": "session"})
-    get_store().add(record)
+    get_store().add_new(record)
     return job_dir

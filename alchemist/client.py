@@ -307,10 +307,15 @@ def make_spec(*, entry: str = "cell", **options: Any) -> JobSpec:
     return spec_from_options(options, entry=entry, fallback=_option_fallback)
 
 
+def default_backend() -> str:
+    """The backend of a job or session that names none: ``$ALCHEMIST_BACKEND``, else local."""
+    return os.environ.get("ALCHEMIST_BACKEND") or "local"
+
+
 def _option_fallback(name: str) -> Any:
     """The value of an option left unset that is not the spec's own default."""
     if name == "backend":
-        return os.environ.get("ALCHEMIST_BACKEND") or "local"
+        return default_backend()
     return None
 
 

@@ -266,11 +266,17 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
 _BY_NAME = {opt.name: opt for opt in JOB_OPTIONS}
 
 
-def options_for(entry_point: str) -> tuple[JobOption, ...]:
-    """The options ``entry_point`` (one of :data:`ENTRY_POINTS`) offers, in table order."""
+def options_for(entry_point: str, only: Collection[str] | None = None) -> tuple[JobOption, ...]:
+    """The options ``entry_point`` (one of :data:`ENTRY_POINTS`) offers, in table order
+    (those named in ``only``, if given: a session's start takes the options that size
+    its ranks)."""
     if entry_point not in ENTRY_POINTS:
         raise ValueError(f"unknown entry point {entry_point!r}")
-    return tuple(opt for opt in JOB_OPTIONS if entry_point in opt.entry_points)
+    return tuple(
+        opt
+        for opt in JOB_OPTIONS
+        if entry_point in opt.entry_points and (only is None or opt.name in only)
+    )
 
 
 # -- text forms --------------------------------------------------------------------------
@@ -329,16 +335,14 @@ def argument_specs(
     entry_point: str, only: Collection[str] | None = None
 ) -> list[tuple[tuple[str, ...], dict[str, Any]]]:
     """``(flags, add_argument keywords)`` for every option ``entry_point`` offers (those
-    named in ``only``, if given: a session's start takes the options that size ranks).
+    named in ``only``, if given; see :func:`options_for`).
 
     ``argparse`` and IPython's ``magic_arguments.argument`` take the same arguments, so
     the magic and the CLI build their flags from this one list (as ipyparallel's magics
     share their ``exec_args``).
     """
     specs: list[tuple[tuple[str, ...], dict[str, Any]]] = []
-    for opt in options_for(entry_point):
-        if only is not None and opt.name not in only:
-            continue
+    for opt in options_for(entry_point, only):
         kwargs: dict[str, Any] = {"dest": opt.name, "help": _help(opt)}
         if opt.type in ("kv", "kv_typed"):
             kwargs.update(action="append", metavar=opt.metavar, default=None)
@@ -371,9 +375,7 @@ def options_from_args(
         SpecError: a ``K=V`` flag without ``=`` (naming the flag).
     """
     out: dict[str, Any] = {}
-    for opt in options_for(entry_point):
-        if only is not None and opt.name not in only:
-            continue
+    for opt in options_for(entry_point, only):
         value = getattr(args, opt.name)
         flag = opt.flags[-1]
         if opt.type == "kv":

@@ -48,9 +48,9 @@ def setup_rank(job_dir: JobDir) -> int:
 
     recorder.enable()
     hooks.install(job_dir, rank)
-    from alchemist.interactive.rankside import STORE_BASE_VAR
+    from alchemist.interactive.rankside import store_base
 
-    os.environ.setdefault(STORE_BASE_VAR, os.environ.get("ALCHEMIST_STORE_PREFIX", ""))
+    store_base()  # remembered before the first group: rebuilds go under it
     worker._init_process_group("sync")
     from alchemist.runtime.context import context
 
@@ -132,25 +132,18 @@ class PodHost:
     signed with the key in the session's 0600 connection files."""
 
     def __init__(self, job_dir: JobDir, port: int, location: str) -> None:
-        import subprocess
-
         import torch.distributed as dist
+
+        from alchemist.backends.local.procs import spawn_logged
 
         # The store first: the other ranks dial it as soon as they start.
         self.store = dist.TCPStore(
             "127.0.0.1", port, is_master=True, wait_for_workers=False, use_libuv=True
         )
-        self.controller = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "alchemist.interactive.controller",
-                str(job_dir.root),
-                f"--location={location}",
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=open(job_dir.launcher_log, "ab"),  # noqa: SIM115 - the child's
-            stderr=subprocess.STDOUT,
+        self.controller = spawn_logged(
+            ["-m", "alchemist.interactive.controller", str(job_dir.root), f"--location={location}"],
+            job_dir.launcher_log,
+            cwd=os.getcwd(),
         )
 
     def stop(self) -> None:
@@ -190,20 +183,20 @@ def watch_pod(sd: SessionDir, cfg: dict[str, Any], rank: int) -> None:
             sd.stop_marker.write_text(json.dumps({"state": "cancelled", "reason": text}))
 
 
-def pod_setup(job_dir: JobDir, argv: list[str]) -> PodHost | None:
-    """Set up a pod's engine (``--master-addr=`` and ``--master-port=`` in ``argv``): the
+def pod_setup(
+    job_dir: JobDir, cfg: dict[str, Any], rank: int, opts: dict[str, str]
+) -> PodHost | None:
+    """Set up a pod's engine (``opts`` has ``master-addr`` and ``master-port``): the
     rank's environment from the session's config, rank 0's :class:`PodHost`, and the
     stop watch. Returns the host on rank 0."""
     import threading
 
     from alchemist.interactive.supervisor import rank_env
 
-    opts = dict(a[2:].split("=", 1) for a in argv if a.startswith("--") and "=" in a)
-    rank, port, addr = int(argv[0]), int(opts["master-port"]), opts["master-addr"]
-    sd = SessionDir(job_dir)
-    cfg = json.loads(sd.config.read_text())
+    port, addr = int(opts["master-port"]), opts["master-addr"]
     os.environ.update(rank_env(cfg, job_dir, rank, port, master_addr=addr, pod=True))
     host = PodHost(job_dir, port, addr) if rank == 0 else None
+    sd = SessionDir(job_dir)
     threading.Thread(target=watch_pod, args=(sd, cfg, rank), daemon=True).start()
     return host
 
@@ -211,12 +204,12 @@ def pod_setup(job_dir: JobDir, argv: list[str]) -> PodHost | None:
 def main(argv: list[str]) -> None:
     """``JOB_DIR RANK``, plus ``--master-addr=HOST --master-port=PORT`` in a pod."""
     job_dir = JobDir(Path(argv[0]))
-    host = (
-        pod_setup(job_dir, argv[1:]) if any(a.startswith("--master-addr=") for a in argv) else None
-    )
-    rank = setup_rank(job_dir)
     sd = SessionDir(job_dir)
-    wait_for_connection_file(sd, float(json.loads(sd.config.read_text())["start_timeout"]))
+    cfg = json.loads(sd.config.read_text())
+    opts = dict(a[2:].split("=", 1) for a in argv[2:] if a.startswith("--") and "=" in a)
+    host = pod_setup(job_dir, cfg, int(argv[1]), opts) if "master-addr" in opts else None
+    rank = setup_rank(job_dir)
+    wait_for_connection_file(sd, float(cfg["start_timeout"]))
     from ipyparallel.engine.app import IPEngine
 
     class SessionEngine(IPEngine):

@@ -18,7 +18,6 @@ and stopped, which this module hides behind one small interface:
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -133,24 +132,17 @@ class PodEngines:
         Raises:
             SessionError: the backend refused (no image or volume configured, quota, RBAC).
         """
-        from alchemist.backends import get_backend
-        from alchemist.backends.api import JobRequest
         from alchemist.errors import AlchemistError
-        from alchemist.spec import JobSpec
 
         jd = self.job_dir
-        spec = JobSpec.from_dict(json.loads(jd.spec.read_text()))
-        req = JobRequest(jd.job_id, str(self._owner()), spec, jd)
+        job = self._job()
         try:
-            info = get_backend("kubernetes").submit(req)
+            info = job.backend.submit(job._request())
         except AlchemistError as e:
             jd.write_state(state="failed", reason=str(e), finished=time.time())
             raise SessionError(f"session {jd.job_id} did not start: {e}") from None
         for line in info.warnings:
             print(f"[alchemist] {line}", file=sys.stderr, flush=True)
-
-    def _owner(self) -> str:
-        return str(json.loads(self.job_dir.record.read_text()).get("owner"))
 
     def state(self, fresh: bool = False) -> dict[str, Any]:
         """The Job's state through the backend (read at most every
@@ -206,9 +198,7 @@ class PodEngines:
         if reason:
             self.dirs.stop_marker.write_text(reason)
         try:
-            job = self._job()
-            if not job.status().state.is_terminal:
-                job.cancel()
+            self._job().cancel()  # a Job that already ended is left as it is
         except Exception as e:
             print(f"[alchemist] could not delete the session's Job: {e}", file=sys.stderr)
 

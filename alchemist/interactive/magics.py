@@ -15,7 +15,6 @@ A mistake (no session, one already running, unknown targets, a bad flag) is one
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 from typing import Any
 
@@ -129,12 +128,14 @@ class SessionMagics(Magics):
 
     def _start(self, words: list[str]) -> None:
         args = _start_parser().parse_args(words)
+        from alchemist.client import default_backend
+
         opts = options_from_args(args, "magic", only=SESSION_OPTIONS)
         s = session_mod.session(
             opts["workers"],
             gpus_per_worker=opts["gpus_per_worker"] or 0,
             name=opts["name"],
-            backend=opts["backend"] or os.environ.get("ALCHEMIST_BACKEND") or "local",
+            backend=opts["backend"] or default_backend(),
             idle_timeout=args.idle_timeout,
             collective_timeout=args.collective_timeout,
             start_timeout=args.start_timeout,

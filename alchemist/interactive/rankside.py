@@ -45,6 +45,12 @@ def barrier(timeout_s: float) -> str | None:
     return None
 
 
+def store_base() -> str:
+    """The store prefix of the rank's first process group, remembered (in
+    :data:`STORE_BASE_VAR`) the first time this is asked, before any rebuild."""
+    return os.environ.setdefault(STORE_BASE_VAR, os.environ.get("ALCHEMIST_STORE_PREFIX", ""))
+
+
 def rebuild(generation: int) -> int | None:
     """Destroy the process group and make it again on the store prefix of
     ``generation``, as the rank first made it; returns the new sequence number."""
@@ -58,8 +64,7 @@ def rebuild(generation: int) -> int | None:
         except Exception:
             pass
     # Under the prefix the rank started on: a warm pool's store serves other jobs too.
-    base = os.environ.setdefault(STORE_BASE_VAR, os.environ.get("ALCHEMIST_STORE_PREFIX", ""))
-    os.environ["ALCHEMIST_STORE_PREFIX"] = f"{base}/pg-{generation}"
+    os.environ["ALCHEMIST_STORE_PREFIX"] = f"{store_base()}/pg-{generation}"
     worker._init_process_group("sync")
     print(f"[alchemist] process group rebuilt (generation {generation})", flush=True)
     return sequence_number()

@@ -39,7 +39,7 @@ from typing import Any
 
 from alchemist import outcomes
 from alchemist.backends.launch import LOOPBACK, loopback_socket, store_on
-from alchemist.backends.local.procs import CANCEL_MARKER, job_processes, terminate
+from alchemist.backends.local.procs import CANCEL_MARKER, job_processes, spawn_logged, terminate
 from alchemist.backends.local.supervisor import queue_of, wait_for_admission
 from alchemist.backends.local.warm import Attempt, launch_ranks
 from alchemist.interactive.idle import IdleClock
@@ -192,22 +192,6 @@ def _stop_all(job_dir: JobDir, kids: _Children) -> None:
             pass
 
 
-def _spawn(args: list[str], log: Path, env: dict[str, str], cwd: str) -> subprocess.Popen[bytes]:
-    out = open(log, "ab")  # noqa: SIM115 - handed to the child
-    try:
-        return subprocess.Popen(
-            [sys.executable, *args],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=cwd,
-            close_fds=True,
-        )
-    finally:
-        out.close()
-
-
 def _check(
     job_dir: JobDir,
     sd: SessionDir,
@@ -239,11 +223,11 @@ def _run(
 ) -> dict[str, Any]:
     cwd = cfg.get("cwd") or str(job_dir.root)
     base_env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    kids.procs["controller"] = _spawn(
+    kids.procs["controller"] = spawn_logged(
         ["-m", "alchemist.interactive.controller", str(job_dir.root)],
         job_dir.launcher_log,
-        base_env,
-        cwd,
+        env=base_env,
+        cwd=cwd,
     )
     # The engines start now, beside the controller: each sets itself up (torch, the
     # process group) while the controller starts, then waits for its connection file.
@@ -258,18 +242,16 @@ def _run(
         kids.warm = launch_ranks(job_dir, envs, cfg.get("env") or {}, 0, cwd, entry=SESSION_ENTRY)
     if kids.warm is None:
         for rank, env in enumerate(envs):
-            kids.procs[f"rank-{rank}"] = _spawn(
+            kids.procs[f"rank-{rank}"] = spawn_logged(
                 ["-m", "alchemist.interactive.engine", str(job_dir.root), str(rank)],
                 job_dir.rank_log(rank),
-                env,
-                cwd,
+                env=env,
+                cwd=cwd,
             )
-    # The store lives as long as this process: cold ranks' process group meets on it
-    # (warm ones meet on the pool's, and this process need not import torch at all).
-    if kids.warm is None:
+        # The store lives as long as this process: the cold ranks' group meets on it.
         store = store_on(sock)
     else:
-        sock.close()
+        sock.close()  # warm ranks meet on the pool's store: no torch import here
     deadline = time.time() + float(cfg["start_timeout"])
     while not sd.engine_file.exists():
         _check(job_dir, sd, kids, signalled)

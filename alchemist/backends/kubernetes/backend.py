@@ -298,7 +298,7 @@ class KubernetesBackend(KubernetesConfig, Backend, metaclass=_Meta):
         if len(latest_pods(pods)) < req.spec.workers and not _terminal_job(job):
             events = self._events(ns, name)
         status = status_from_objects(job, pods, events, (record or {}).get("quota_wait"))
-        if status.state is JobState.SUCCEEDED and req.spec.entry == SESSION_ENTRY:
+        if status.state is JobState.SUCCEEDED:
             status = _session_end(req, status)
         if record and record.get("cancelling"):
             status = _cancelled(req)
@@ -481,25 +481,31 @@ class KubernetesBackend(KubernetesConfig, Backend, metaclass=_Meta):
                 resp.release_conn()
 
 
+def _session_stop(req: JobRequest) -> tuple[str, str] | None:
+    """How a session was asked to stop (``(state, reason)`` of its stop marker), or None
+    for a batch job or a session nobody asked to stop."""
+    marker = SessionDir(req.job_dir).stop_marker
+    if req.spec.entry != SESSION_ENTRY or not marker.exists():
+        return None
+    return read_stop(marker)
+
+
 def _cancelled(req: JobRequest) -> JobStatus:
     """The end of a job whose Job Alchemist deleted: cancelled by the user, or, for a
     session the notebook gave up on (it did not start), failed with the marker's reason."""
-    sd = SessionDir(req.job_dir)
-    if req.spec.entry == SESSION_ENTRY and sd.stop_marker.exists():
-        state, reason = read_stop(sd.stop_marker)
-        if state == JobState.FAILED.value:
-            return JobStatus(JobState.FAILED, reason, finished=time.time())
+    asked = _session_stop(req)
+    if asked is not None and asked[0] == JobState.FAILED.value:
+        return JobStatus(JobState.FAILED, asked[1], finished=time.time())
     return JobStatus(JobState.CANCELLED, "cancelled by the user", finished=time.time())
 
 
 def _session_end(req: JobRequest, status: JobStatus) -> JobStatus:
     """A session's pods end only when asked to (the stop marker): its state and reason
     are the marker's (the user's stop, or rank 0's idle timeout)."""
-    sd = SessionDir(req.job_dir)
-    if not sd.stop_marker.exists():
+    asked = _session_stop(req)
+    if asked is None:
         return status
-    state, reason = read_stop(sd.stop_marker)
-    return dataclasses.replace(status, state=JobState(state), reason=reason)
+    return dataclasses.replace(status, state=JobState(asked[0]), reason=asked[1])
 
 
 def _rank_failure(req: JobRequest) -> str | None:

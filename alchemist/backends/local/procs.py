@@ -14,23 +14,39 @@ import psutil
 CANCEL_MARKER = "cancel-requested"
 
 
+def spawn_logged(
+    args: list[str],
+    log: Path,
+    *,
+    cwd: str | Path,
+    env: dict[str, str] | None = None,
+    new_session: bool = False,
+    stdin: int = subprocess.DEVNULL,
+) -> subprocess.Popen[bytes]:
+    """Start ``python *args`` with its output (stdout and stderr) appended to ``log``; the
+    child keeps the file open, this process does not. ``new_session``: in a session of
+    its own, so that it outlives this process's terminal, kernel or server."""
+    out = open(log, "ab")  # noqa: SIM115 - handed to the child
+    try:
+        return subprocess.Popen(
+            [sys.executable, *args],
+            stdin=stdin,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=env,
+            start_new_session=new_session,
+            close_fds=True,
+        )
+    finally:
+        out.close()
+
+
 def start_supervisor(module: str, job_root: Path, launcher_log: Path) -> subprocess.Popen[bytes]:
     """Start ``python -m module JOB_DIR`` (a batch job's or a session's supervisor) in a
     session of its own, so that it outlives the kernel, the Jupyter server and the hub,
     with its output in the job's launcher log; its pid goes to ``pids/launcher.pid``."""
-    log = open(launcher_log, "ab")  # noqa: SIM115 - handed to the child
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", module, str(job_root)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=job_root,
-            start_new_session=True,
-            close_fds=True,
-        )
-    finally:
-        log.close()
+    proc = spawn_logged(["-m", module, str(job_root)], launcher_log, cwd=job_root, new_session=True)
     (job_root / "pids" / "launcher.pid").write_text(str(proc.pid))
     return proc
 

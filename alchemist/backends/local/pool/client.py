@@ -15,13 +15,13 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from alchemist.backends.local.pool import fingerprint, state
 from alchemist.backends.local.pool.protocol import Lines, encode
+from alchemist.backends.local.procs import POOL_DAEMON_MODULE, spawn_logged
 
 #: How long a job waits for a pool that is starting (its own, or another job's).
 START_WAIT_S = 120.0
@@ -44,19 +44,13 @@ def _locked(folder: Path) -> Iterator[None]:
 
 def start_daemon(folder: Path, parts: Mapping[str, str]) -> subprocess.Popen[bytes]:
     """Start the pool's daemon in a session of its own (it outlives the caller)."""
-    log = open(folder / "daemon.log", "ab")  # noqa: SIM115 - the child's
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "alchemist.backends.local.pool.daemon", str(folder)],
-            stdin=subprocess.PIPE,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=folder,
-            start_new_session=True,
-            close_fds=True,
-        )
-    finally:
-        log.close()
+    proc = spawn_logged(
+        ["-m", POOL_DAEMON_MODULE, str(folder)],
+        folder / "daemon.log",
+        cwd=folder,
+        new_session=True,
+        stdin=subprocess.PIPE,
+    )
     assert proc.stdin is not None
     proc.stdin.write(json.dumps(dict(parts)).encode())
     proc.stdin.close()

@@ -6,8 +6,9 @@ opens the rendezvous store on loopback, listens on ``pool.sock`` (accepting only
 own user's processes: the folder is 0700 and each peer's uid is checked), and then:
 
 - ``{"op": "run", "job_id", "attempt", "job_root", "cwd", "log", "ranks": [ENV, ...]}``
-  (and ``"entry": "session"`` for a session's engines) from a supervisor: the zygote forks the ranks, each with ``MASTER_ADDR``/``MASTER_PORT``
-  of the store and a key prefix of its own (``job/<id>/attempt-<n>``: no process group
+  (and ``"entry": "session"`` for a session's engines) from a supervisor: the zygote
+  forks the ranks, each with ``MASTER_ADDR``/``MASTER_PORT`` of the store and a key
+  prefix of its own (``job/<id>/attempt-<n>``: no process group
   crosses jobs or attempts); the supervisor hears ``{"event": "started", "pids"}``, then
   ``{"event": "exit", "rank", "status"}`` for each rank;
 - ``{"op": "stop"}``: the daemon ends; ``{"op": "status"}``: its :class:`PoolInfo`.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything Alchemist needs on this machine, idempotently:
 #   .venv/                 Python 3.11 virtualenv with torch 2.13.0 (CPU wheel) and
-#                          Alchemist installed editable with its dev extras
+#                          Alchemist installed editable with its dev extras, every
+#                          package at its requirements.lock version
 #   scripts/setup.d/*.sh   the rest, each idempotent: configurable-http-proxy (npm),
 #                          Chromium for browser tests (apt), Helm and hadolint, Horovod
 #                          (built once, wheel cached), the prebuilt JupyterLab extension
@@ -26,16 +27,18 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check)
 # torch must be named with its exact version: a bare `torch` requirement pulls a
 # multi-GB CUDA build; 2.13.0 is the CPU wheel kept on these machines.
 stamp=.venv/.alchemist-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+# requirements.lock pins every package (scripts/lock.sh writes it); the images install
+# with the same pins.
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ requirements.lock -nt "$stamp" ]; then
     echo "setup: installing torch==2.13.0 (CPU) and Alchemist with its dev extras"
     # pip's own exit status counts (pipefail); only grep's "no line left" is forgiven.
-    "${PIP[@]}" install -q torch==2.13.0 numpy 2>&1 | { grep -v "^WARNING: Location" || true; }
+    "${PIP[@]}" install -q -c requirements.lock torch==2.13.0 numpy 2>&1 | { grep -v "^WARNING: Location" || true; }
     # Older setups copied install.json into the build output; the wheel adds its own copy
     # there (pyproject's shared-data), and two files at one path fail the build.
     rm -f alchemist/labextension/install.json
     # The wheel build's jupyter-builder hook would build the panel here too; in this
     # editable checkout scripts/setup.d/60-labextension.sh builds and links it instead.
-    SKIP_JUPYTER_BUILDER=1 "${PIP[@]}" install -q torch==2.13.0 -e ".[dev]" 2>&1 \
+    SKIP_JUPYTER_BUILDER=1 "${PIP[@]}" install -q -c requirements.lock torch==2.13.0 -e ".[dev]" 2>&1 \
         | { grep -v "^WARNING: Location" || true; }
     .venv/bin/python -c "import alchemist, torch; assert torch.__version__.startswith('2.13.0')"
     [ -x .venv/bin/alchemist-hub ] || { echo "setup: the editable install failed" >&2; exit 1; }

@@ -1,8 +1,9 @@
-"""The container images: Dockerfiles linted by hadolint, and the pinned requirements of
-each image kept consistent with each other and with pyproject.toml.
+"""The container images' sources: Dockerfiles linted by hadolint, each image's
+requirements pinned by the one lock (``requirements.lock``) that the venv is installed
+with, and the lock consistent with pyproject.toml.
 
-No Docker engine runs here, so the images are not built in tests; these checks catch
-what would break a build or ship an image without a dependency Alchemist needs.
+tests/images builds and runs the images; these checks are quick and need no builder,
+and catch what would break a build or ship an image without a dependency it needs.
 """
 
 from __future__ import annotations
@@ -26,23 +27,46 @@ NAMES = ["hub", "notebook", "worker"]
 IMPORT_NAMES = {"ipython": "IPython", "pyyaml": "yaml", "nvidia-ml-py": "pynvml"}
 
 
-def pins(image: str) -> dict[str, str]:
-    """``{canonical name: version}`` of ``images/<image>/requirements.txt``.
+def lock() -> dict[str, str]:
+    """``{canonical name: version}`` of ``requirements.lock``.
 
     Raises:
         AssertionError: On a line that is not an exact ``name==version`` pin, or a repeat.
     """
     found: dict[str, str] = {}
+    for raw in (REPO / "requirements.lock").read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        match = re.fullmatch(r"([A-Za-z0-9._-]+)==([0-9][A-Za-z0-9.!-]*)", line)
+        assert match, f"requirements.lock: {line!r} is not an exact pin (rerun scripts/lock.sh)"
+        name = canonicalize_name(match[1])
+        assert name not in found, f"requirements.lock pins {name} twice"
+        found[name] = match[2]
+    return found
+
+
+def requirement_names(image: str) -> list[str]:
+    """The packages ``images/<image>/requirements.txt`` names: bare names, no versions."""
+    found: list[str] = []
     for raw in (IMAGES / image / "requirements.txt").read_text().splitlines():
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        match = re.fullmatch(r"([A-Za-z0-9._-]+)==([0-9][A-Za-z0-9.+!-]*)", line)
-        assert match, f"images/{image}/requirements.txt: {line!r} is not an exact pin"
-        name = canonicalize_name(match[1])
-        assert name not in found, f"images/{image}/requirements.txt pins {name} twice"
-        found[name] = match[2]
+        assert re.fullmatch(r"[A-Za-z0-9._-]+", line), (
+            f"images/{image}/requirements.txt: {line!r}: name the package only,"
+            " its version is requirements.lock's"
+        )
+        found.append(canonicalize_name(line))
     return found
+
+
+def pins(image: str) -> dict[str, str]:
+    """``{canonical name: version}`` the image installs: its names at the lock's versions."""
+    pinned = lock()
+    missing = [n for n in requirement_names(image) if n not in pinned]
+    assert not missing, f"images/{image} installs {missing}, which requirements.lock does not pin"
+    return {n: pinned[n] for n in requirement_names(image)}
 
 
 def pyproject() -> dict[str, list[Requirement]]:
@@ -65,33 +89,41 @@ def dockerfile(image: str) -> str:
 
 
 @pytest.mark.parametrize("image", NAMES)
-def test_every_requirement_is_an_exact_pin(image: str) -> None:
+def test_every_requirement_is_pinned_by_the_lock(image: str) -> None:
     assert pins(image)
 
 
-def test_a_package_pinned_in_several_images_has_one_version() -> None:
-    seen: dict[str, tuple[str, str]] = {}
-    for image in NAMES:
-        for name, version in pins(image).items():
-            if name in seen:
-                other, other_version = seen[name]
-                assert version == other_version, (
-                    f"{name}: {version} in {image} but {other_version} in {other}"
-                )
-            else:
-                seen[name] = (image, version)
+def test_the_venv_is_installed_at_the_locks_versions() -> None:
+    """What CI tests is what the images install: every package of this venv (set up by
+    scripts/setup.sh with ``-c requirements.lock``) at the lock's version, and nothing
+    the lock leaves out."""
+    from importlib import metadata
+
+    installed = {
+        canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions()
+    }
+    installed.pop("alchemist", None)
+    installed.pop("pip", None)
+    pinned = lock()
+    wrong = {
+        n: (v, installed.get(n))
+        for n, v in pinned.items()
+        if installed.get(n, "").split("+")[0] != v
+    }
+    assert not wrong, f"lock version vs venv's (rerun scripts/setup.sh): {wrong}"
+    unlocked = sorted(set(installed) - set(pinned))
+    assert not unlocked, f"installed but not in requirements.lock (run scripts/lock.sh): {unlocked}"
 
 
 def test_pins_satisfy_pyproject() -> None:
     specifiers = {
         canonicalize_name(r.name): r.specifier for reqs in pyproject().values() for r in reqs
     }
-    for image in NAMES:
-        for name, version in pins(image).items():
-            if name in specifiers:
-                assert specifiers[name].contains(version, prereleases=True), (
-                    f"images/{image} pins {name}=={version}, pyproject wants {specifiers[name]}"
-                )
+    for name, version in lock().items():
+        if name in specifiers:
+            assert specifiers[name].contains(version, prereleases=True), (
+                f"requirements.lock pins {name}=={version}, pyproject wants {specifiers[name]}"
+            )
 
 
 def test_worker_installs_every_runtime_dependency() -> None:
@@ -166,9 +198,12 @@ def final_stage(text: str) -> str:
 @pytest.mark.parametrize("image", NAMES)
 def test_image_installs_its_requirements_and_runs_as_non_root(image: str) -> None:
     text = dockerfile(image)
-    copied = re.search(rf"^COPY images/{image}/requirements\.txt (\S+)$", text, re.M)
-    assert copied, f"images/{image}/Dockerfile does not COPY its requirements.txt"
-    assert re.search(rf"pip install (--no-cache-dir )?-r {re.escape(copied[1])}", text)
+    copied = re.search(rf"^COPY requirements\.lock images/{image}/requirements\.txt (\S+)/$", text, re.M)
+    assert copied, f"images/{image}/Dockerfile does not COPY the lock and its requirements.txt"
+    folder = re.escape(copied[1])
+    assert re.search(
+        rf"pip install [^\n]*\n?\s*-r {folder}/requirements\.txt -c {folder}/requirements\.lock", text
+    ), f"images/{image} must install its requirements with the lock's pins (-c)"
     users = re.findall(r"^USER (\S+)$", final_stage(text), re.M)
     assert users, f"images/{image}/Dockerfile sets no USER in its final stage"
     uid = users[-1].split(":")[0]

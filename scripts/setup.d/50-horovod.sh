@@ -17,6 +17,13 @@ HOROVOD_VERSION=0.28.1
 PY="${PY:-$PWD/.venv/bin/python}"
 PIP=("$PY" -m pip)
 
+# Horovod's build and runtime needs, at the lock's versions, whether the wheel below is
+# built or comes from the cache: the venv holds the same packages either way (the lock
+# pins them for the worker image's build too; tests/helm/test_images.py checks).
+"${PIP[@]}" install -q --disable-pip-version-check -c requirements.lock \
+    cloudpickle psutil pyyaml packaging wheel \
+    || echo "50-horovod: WARNING: could not install Horovod's build requirements" >&2
+
 if "$PY" -c "import horovod.torch" >/dev/null 2>&1; then
     echo "50-horovod: horovod $("$PY" -c 'import horovod; print(horovod.__version__)') already installed"
     exit 0
@@ -45,8 +52,6 @@ if [ -z "$wheel" ]; then
     echo "50-horovod: building Horovod ${HOROVOD_VERSION} for torch ${TORCH_VERSION} (about 2 minutes, once)"
     build="$(mktemp -d)"
     trap 'rm -rf "$build"' EXIT
-    "${PIP[@]}" install -q cloudpickle psutil pyyaml packaging wheel \
-        || warn "could not install Horovod's build requirements"
     "${PIP[@]}" download -q --no-deps --no-binary :all: -d "$build" "horovod==${HOROVOD_VERSION}" \
         || warn "could not download the Horovod ${HOROVOD_VERSION} source"
     tar -xzf "$build/horovod-${HOROVOD_VERSION}.tar.gz" -C "$build" || warn "could not unpack the sdist"

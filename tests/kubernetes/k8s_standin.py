@@ -796,11 +796,17 @@ class ProcessKubelet(Kubelet):
             self.log_dir = Path(tempfile.mkdtemp(prefix="standin-pods-"))
         return str(self.log_dir / f"{pname}.log")
 
+    def command(
+        self, pod: dict[str, Any], master_port: int
+    ) -> tuple[list[str], dict[str, str], str | None]:
+        """The argv, env and cwd of the pod's process (a subclass runs it elsewhere)."""
+        return pod_process(pod, master_port=master_port)
+
     def _start(self, pod: dict[str, Any]) -> subprocess.Popen[bytes]:
         job_name = pod["metadata"]["labels"]["batch.kubernetes.io/job-name"]
         if job_name not in self.ports:
             self.ports[job_name] = free_port()
-        argv, env, cwd = pod_process(pod, master_port=self.ports[job_name])
+        argv, env, cwd = self.command(pod, self.ports[job_name])
         out = open(self._log_path(pod["metadata"]["name"]), "wb")  # noqa: SIM115 - child owns it
         try:
             return subprocess.Popen(
@@ -817,12 +823,14 @@ class ProcessKubelet(Kubelet):
 
 
 def pod_process(
-    pod: dict[str, Any], master_port: int | None = None
+    pod: dict[str, Any], master_port: int | None = None, *, local: bool = True
 ) -> tuple[list[str], dict[str, str], str | None]:
     """The argv, env and cwd a pod's worker container would run, for a local process.
 
     See :class:`ProcessKubelet` for what is substituted and why; ``master_port``, if
     given, replaces the rendezvous port (jobs running at once share this host's ports).
+    ``local=False`` keeps the image's ``python`` and gives the pod's env alone (to run
+    the command inside the image, as tests/images does).
     """
     container = pod["spec"]["containers"][0]
     meta = pod["metadata"]
@@ -847,6 +855,8 @@ def pod_process(
         argv = [
             f"--master-port={master_port}" if a.startswith("--master-port=") else a for a in argv
         ]
+    if not local:
+        return argv, env, container.get("workingDir")
     if argv and argv[0] == "python":
         argv[0] = sys.executable
     full_env = dict(os.environ)
@@ -871,7 +881,11 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 @contextlib.contextmanager
 def standin_backend(
-    alchemist_home: Path, *, run_pods: bool = True, **settings: Any
+    alchemist_home: Path,
+    *,
+    run_pods: bool = True,
+    kubelet_class: type[ProcessKubelet] | None = None,
+    **settings: Any,
 ) -> Iterator[tuple[Any, Kubelet, StandinApiServer]]:
     """A ``KubernetesBackend`` wired to a fresh :class:`StandinApiServer`.
 
@@ -880,6 +894,8 @@ def standin_backend(
             mount path, so job directories under it pass the backend's check.
         run_pods: with a :class:`ProcessKubelet` that really runs the pods (for the
             conformance suite); False gives a passive :class:`Kubelet` the test drives.
+        kubelet_class: another :class:`ProcessKubelet` to run them (tests/images runs
+            them inside the worker image).
         **settings: trait values for the backend (``image``, ``pvc``, ... have defaults).
 
     Yields:
@@ -903,7 +919,7 @@ def standin_backend(
     with StandinApiServer(namespaces=(values["namespace"],)) as server:
         backend = KubernetesBackend(api_client=server.api_client(), config=Config(), **values)
         kubelet: Kubelet = (
-            ProcessKubelet(server, values["namespace"])
+            (kubelet_class or ProcessKubelet)(server, values["namespace"])
             if run_pods
             else Kubelet(server, values["namespace"])
         )

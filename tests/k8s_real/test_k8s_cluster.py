@@ -8,8 +8,10 @@ server that answers within a few seconds. What each test needs:
   API server validates and admits the manifests (``dryRun=All``); nothing runs.
 - the tests that run jobs also need ``ALCHEMIST_K8S_IMAGE`` (an image with torch and
   alchemist), ``ALCHEMIST_K8S_PVC`` (a ReadWriteMany claim) and this process must see
-  that volume at ``ALCHEMIST_K8S_MOUNT_PATH`` with ``ALCHEMIST_HOME`` under it: run
-  them from a notebook pod (or any pod) that mounts the claim.
+  that volume at ``ALCHEMIST_K8S_MOUNT_PATH``, where the pods mount it: run them from a
+  notebook pod (or any pod) that mounts the claim. Each test's ALCHEMIST_HOME is then a
+  folder of its own on that volume (tests/k8s_real/conftest.py). The whole recipe, kind
+  included: docs/deploy-kubernetes.md, "The real-cluster suite".
 
 Run: ``pytest -m k8s tests/k8s_real``. Objects are labelled ``alchemist.dev/owner`` =
 ``k8s-real-test`` and deleted at the end.
@@ -81,7 +83,8 @@ def backend(api_client: Any) -> Any:
 
 
 def _needs_volume(backend: Any) -> None:
-    missing = [v for v in ("ALCHEMIST_K8S_IMAGE", "ALCHEMIST_K8S_PVC") if not os.environ.get(v)]
+    needed = ("ALCHEMIST_K8S_IMAGE", "ALCHEMIST_K8S_PVC", "ALCHEMIST_K8S_MOUNT_PATH")
+    missing = [v for v in needed if not os.environ.get(v)]
     if missing:
         pytest.skip(f"set {', '.join(missing)} to run jobs on the cluster")
     home = Path(os.environ.get("ALCHEMIST_HOME", ""))
@@ -192,11 +195,6 @@ def test_unschedulable_reason_then_cancel(backend: Any, cleanup: list[Any]) -> N
     assert all(j["job_id"] != req.job_id for j in backend.list(OWNER))
 
 
-#: ALCHEMIST_HOME as the run was started with (the suite's autouse fixture points it at
-#: a temporary folder; jobs on a real cluster need it on the shared volume).
-_STARTED_HOME = os.environ.get("ALCHEMIST_HOME", "")
-
-
 class TestBackendContractOnTheCluster(BackendContract):
     """The conformance suite of every backend (:mod:`alchemist.testing.conformance`),
     on the real cluster; needs what the job tests above need."""
@@ -205,8 +203,6 @@ class TestBackendContractOnTheCluster(BackendContract):
     def backend_name(self, backend: Any, monkeypatch: pytest.MonkeyPatch) -> str:
         from alchemist import backends
 
-        if _STARTED_HOME:
-            monkeypatch.setenv("ALCHEMIST_HOME", _STARTED_HOME)
         _needs_volume(backend)
         monkeypatch.setitem(backends._instances, "kubernetes", backend)
         return "kubernetes"

@@ -21,6 +21,16 @@ from alchemist.options import add_arguments, options_from_args
 from alchemist.spec import JobState
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="alchemist", description="Alchemist distributed training jobs")
     sub = p.add_subparsers(dest="command", required=True)
@@ -33,8 +43,16 @@ def _parser() -> argparse.ArgumentParser:
 
     j = sub.add_parser("jobs", help="list your jobs, newest first")
     j.add_argument("--state", default=None, choices=[s.value for s in JobState])
-    j.add_argument("--limit", type=int, default=20)
+    j.add_argument("--limit", type=_positive, default=20, help="at most this many (default 20)")
+    j.add_argument("--before", default=None, help="the page after this cursor (printed last)")
     j.add_argument("--json", action="store_true")
+
+    pr = sub.add_parser(
+        "prune", help="remove your finished jobs older than an age or beyond a count"
+    )
+    pr.add_argument("--older-than", default=None, help="ended longer ago than this (30d, 12h)")
+    pr.add_argument("--keep", type=_positive, default=None, help="keep the newest N jobs")
+    pr.add_argument("--yes", action="store_true", help="remove them (without: a dry run)")
 
     for name, help_ in (("status", "show a job"), ("cancel", "cancel a job")):
         c = sub.add_parser(name, help=help_)
@@ -100,6 +118,31 @@ def main(argv: list[str] | None = None) -> int:
         return 141
 
 
+def _prune(args: argparse.Namespace) -> int:
+    from alchemist import retention
+    from alchemist.bundle.builder import human_size
+
+    older = None if args.older_than is None else retention.parse_duration(args.older_than)
+    found = retention.plan(older_than=older, keep=args.keep)
+    if not found.jobs:
+        print("nothing to prune", file=sys.stderr)
+        return 0
+    if not args.yes:
+        for record in found.jobs[:20]:
+            print(f"{record.id}  {record.name}  {record.state}")
+        if len(found.jobs) > 20:
+            print(f"... and {len(found.jobs) - 20} more")
+        print(
+            f"alchemist: would remove {len(found.jobs)} finished jobs"
+            f" ({human_size(found.bytes)}): run again with --yes to remove them",
+            file=sys.stderr,
+        )
+        return 0
+    removed, freed = retention.prune(found.jobs)
+    print(f"removed {removed} jobs, {human_size(freed)} freed", file=sys.stderr)
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.command == "submit":
         options = options_from_args(args, "cli")
@@ -125,17 +168,21 @@ def _run(args: argparse.Namespace) -> int:
         print(status_line(job, status), file=sys.stderr)
         return 0 if status.state == JobState.SUCCEEDED else 1
     if args.command == "jobs":
-        listing = client.list_jobs(state=args.state, limit=args.limit)
+        listing = client.list_jobs(state=args.state, limit=args.limit, before=args.before)
         if args.json:
             print(json.dumps([j.to_dict() for j in listing.jobs], indent=2))
         else:
             print(format_jobs_table(listing.jobs))
+        if listing.next:
+            print(f"alchemist: older jobs: alchemist jobs --before {listing.next}", file=sys.stderr)
         for job_id, why in listing.skipped:
             print(
                 f"alchemist: job {job_id} could not be read and is not listed: {why}",
                 file=sys.stderr,
             )
         return 0
+    if args.command == "prune":
+        return _prune(args)
     if args.command == "pool":
         return _pool(args)
     if args.command == "session":

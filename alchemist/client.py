@@ -7,7 +7,6 @@ and (unless ``dry_run``) records the job and runs exactly that.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
@@ -17,19 +16,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from alchemist import config
+from alchemist import config, jobindex
 from alchemist.backends import get_backend
 from alchemist.backends.api import Backend, DryRunInfo, JobRequest, LogChunk
 from alchemist.bundle import Bundle, build_bundle, source_of, write_bundle
 from alchemist.errors import (
     AlchemistError,
     BackendError,
+    CursorError,
     JobNotFoundError,
     PermissionDeniedError,
 )
 from alchemist.jobdir import JobDir, atomic_write_json
 from alchemist.options import spec_from_options
-from alchemist.spec import JobSpec, JobState, JobStatus
+from alchemist.spec import JobSpec, JobState, JobStatus, spec_dict
 from alchemist.store import JobRecord, get_store
 
 
@@ -78,6 +78,7 @@ class Job:
         self._record = record
         #: what the backend said it ignores of the spec, when this handle submitted it
         self.warnings: list[str] = []
+        self._spec: JobSpec | None = None
 
     # -- identity ------------------------------------------------------------------------
     @property
@@ -102,7 +103,9 @@ class Job:
 
     @property
     def spec(self) -> JobSpec:
-        return JobSpec.from_dict(self._record.spec)
+        if self._spec is None:  # a job's spec never changes: parsed once per handle
+            self._spec = JobSpec.from_dict(self._record.spec)
+        return self._spec
 
     @property
     def job_dir(self) -> JobDir:
@@ -166,6 +169,20 @@ class Job:
     def log_chunk(self, rank: int, since: int = 0, limit_bytes: int = 1 << 20) -> LogChunk:
         """Complete lines of ``rank``'s log from byte cursor ``since``."""
         return self.backend.logs(self._request(), rank, since, limit_bytes)
+
+    def log_tail(self, rank: int, lines: int = 100, max_bytes: int = 1 << 20) -> LogChunk:
+        """The last ``lines`` complete lines of ``rank``'s log (within its last
+        ``max_bytes``), read from the end: the cost does not grow with the log. The
+        chunk's ``cursor`` is where :meth:`log_chunk` follows on from; ``truncated``
+        says whether earlier lines exist.
+
+        Raises:
+            ValueError: ``lines`` or ``max_bytes`` is negative.
+        """
+        from alchemist.metrics.tail import read_tail
+
+        got, cursor, earlier = read_tail(self.job_dir.rank_log(rank), lines, max_bytes)
+        return LogChunk(rank=rank, lines=got, cursor=cursor, truncated=earlier)
 
     def logs(self, rank: int | None = None) -> str:
         """A rank's whole log, or every rank's with a ``[rank r]`` prefix."""
@@ -243,7 +260,7 @@ class Job:
             "world_size": spec.world_size,
             "algorithm": spec.algorithm,
             "kind": "session" if spec.entry == "session" else "batch",  # alchemist.interactive
-            "spec": spec.to_dict(),
+            "spec": spec_dict(self._record.spec, spec),
             "job_dir": str(self.job_dir.root),
             "stalled": self.stalled(st),
         }
@@ -385,19 +402,22 @@ def submit(
         return DryRun(spec=spec, info=info, bundle=bundle, job_id=job_id)
 
     # A user's job files are theirs alone: the folders are made 0700 (never open to
-    # others, whatever the umask), the files below 0600.
-    job_dir.create()
-    atomic_write_json(job_dir.spec, spec.to_dict())
-    try:
-        write_bundle(bundle, job_dir.bundle)
-    except BaseException:
-        shutil.rmtree(job_dir.root, ignore_errors=True)  # not a job: nothing was submitted
-        raise
-    record = pending_record(job_id, owner, spec, job_dir)
-    # Beside the spec, so that a directory whose row was lost is indexed again.
-    atomic_write_json(job_dir.record, _record_file(record))
+    # others, whatever the umask), the files below 0600. The files come before the row,
+    # marked while they are written, so that a submit dying in between leaves a folder
+    # the next listing indexes (alchemist.jobindex).
     store = get_store()
-    store.add_new(record)
+    with jobindex.indexing(job_id):
+        job_dir.create()
+        atomic_write_json(job_dir.spec, spec.to_dict())
+        try:
+            write_bundle(bundle, job_dir.bundle)
+        except BaseException:
+            shutil.rmtree(job_dir.root, ignore_errors=True)  # not a job: nothing submitted
+            raise
+        record = pending_record(job_id, owner, spec, job_dir)
+        # Beside the spec, so that a directory whose row was lost is indexed again.
+        atomic_write_json(job_dir.record, _record_file(record))
+        store.add_new(record)
 
     def refused(reason: str) -> None:
         # In the job directory too (the truth): an index rebuilt from it keeps the reason.
@@ -456,6 +476,8 @@ class Listing:
 
     jobs: list[Job]
     skipped: list[tuple[str, str]]
+    #: the cursor of the next page (``before=``), or None when this page is the last
+    next: str | None = None
 
 
 def _record_file(record: JobRecord) -> dict[str, Any]:
@@ -468,78 +490,84 @@ def _record_file(record: JobRecord) -> dict[str, Any]:
     }
 
 
-def _reindex(known: set[str], owner: str) -> int:
-    """Index again the owner's job directories that have no row (a submit that died
-    between writing the job's files and its row); returns how many."""
-    store = get_store()
-    added = 0
-    try:
-        entries = list(os.scandir(config.jobs_root()))
-    except OSError:
-        return 0
-    for entry in entries:
-        if entry.name in known or not entry.is_dir(follow_symlinks=False):
-            continue
-        jd = JobDir(Path(entry.path))
-        try:
-            meta = json.loads(jd.record.read_text())
-            spec = json.loads(jd.spec.read_text())
-        except (OSError, ValueError):
-            continue  # not a job directory, or another user's (0700)
-        if meta.get("owner") != owner or meta.get("id") != entry.name:
-            continue
-        try:
-            store.add(
-                JobRecord(
-                    id=entry.name,
-                    owner=owner,
-                    name=str(meta.get("name") or "job"),
-                    backend=str(meta.get("backend") or "local"),
-                    state=JobState.PENDING.value,
-                    reason=None,
-                    created=float(meta.get("created") or entry.stat().st_mtime),
-                    started=None,
-                    finished=None,
-                    restarts=0,
-                    spec=spec,
-                    job_dir=str(jd.root),
-                )
-            )
-            added += 1
-        except Exception:  # indexed meanwhile by another process
-            continue
-    return added
-
-
-def list_jobs(state: str | None = None, limit: int | None = None) -> Listing:
-    """The current user's jobs, newest first, with states reconciled.
+def list_jobs(
+    state: str | None = None, limit: int | None = None, before: str | None = None
+) -> Listing:
+    """The current user's jobs, newest first, with states reconciled, a page at a time.
 
     ``state`` filters on the reconciled state before ``limit`` counts, so
     ``limit=5, state="running"`` is the five newest running jobs, however many
-    finished jobs are newer. A job directory of the user's that has no row in the
-    index is indexed again first, so no job is ever missing from the list.
+    finished jobs are newer. ``before`` is the :attr:`Listing.next` of the previous
+    page: the page after it. A job folder of the user's that has no row in the index
+    (a submit that died between the two) is indexed again first, so no job is ever
+    missing from the list.
+
+    A page costs the same however long the history: rows are read from the index a
+    page at a time, and a terminal state (stored once reached, never changed) needs no
+    reconciling. With ``state``, only rows that can be in it are read: those stored in
+    it and the few not yet terminal.
+
+    Raises:
+        CursorError: ``before`` is not a :attr:`Listing.next`.
     """
     out: list[Job] = []
     skipped: list[tuple[str, str]] = []
     owner = config.current_user()
-    records = get_store().list(owner)
-    if _reindex({r.id for r in records}, owner):
-        records = get_store().list(owner)
-    for record in records:
-        if limit and len(out) >= limit:
-            break
-        job = Job(record)
-        try:
-            job.spec  # noqa: B018 - a job whose spec cannot be read is skipped here
-            current = job.status().state.value
-        except Exception as e:  # one unreadable job must not fail the whole list
-            why = str(e).splitlines()[0] if str(e) else type(e).__name__
-            skipped.append((record.id, why))
-            continue
-        if state and current != state:
-            continue
-        out.append(job)
-    return Listing(out, skipped)
+    key = parse_page_cursor(before)
+    jobindex.reindex(owner)
+    store = get_store()
+    candidates: list[str] | None = None
+    if state:
+        active = [s.value for s in JobState if not s.is_terminal]
+        candidates = active if state in active else [state, *active]
+    # One row past the page says whether another page follows; a state filter reads
+    # more at a time (some candidates are no longer in that state).
+    batch = (max(50, 2 * limit) if state else limit) + 1 if limit else None
+    last: JobRecord | None = None
+    while True:
+        records = store.list(owner, limit=batch, states=candidates, before=key)
+        for record in records:
+            if limit and len(out) >= limit:
+                return Listing(out, skipped, _page_cursor(last))
+            last = record
+            job = Job(record)
+            try:
+                job.spec  # noqa: B018 - a job whose spec cannot be read is skipped here
+                current = job.status().state.value
+            except Exception as e:  # one unreadable job must not fail the whole list
+                why = str(e).splitlines()[0] if str(e) else type(e).__name__
+                skipped.append((record.id, why))
+                continue
+            if state and current != state:
+                continue
+            out.append(job)
+        if batch is None or len(records) < batch:
+            return Listing(out, skipped, None)
+        key = (records[-1].created, records[-1].id)
+
+
+def _page_cursor(record: JobRecord | None) -> str | None:
+    """The opaque cursor of the page after ``record`` (its creation time and id)."""
+    return None if record is None else f"{record.created!r}~{record.id}"
+
+
+def parse_page_cursor(cursor: str | None) -> tuple[float, str] | None:
+    """The ``(created, id)`` key of a page cursor; None for none.
+
+    Raises:
+        CursorError: ``cursor`` is not one that :func:`list_jobs` returned.
+    """
+    if not cursor:
+        return None
+    created, sep, job_id = cursor.partition("~")
+    try:
+        if not sep or not job_id:
+            raise ValueError(cursor)
+        return float(created), job_id
+    except ValueError:
+        raise CursorError(
+            f"{cursor!r} is not a page cursor: pass back the 'next' of the previous page"
+        ) from None
 
 
 def jobs(state: str | None = None, limit: int | None = None) -> list[Job]:

@@ -24,7 +24,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from alchemist import client
 from alchemist.console import DEFAULT_MAX_LINES, LogFollower, format_jobs_table, status_line
-from alchemist.errors import AlchemistError
+from alchemist.errors import AlchemistError, CursorError
 from alchemist.options import argument_specs, options_from_args, parse_names
 from alchemist.spec import JobState, JobStatus
 
@@ -167,15 +167,23 @@ class AlchemistMagics(Magics):
     @magic_arguments()
     @argument("--state", default=None, help="only jobs in this state")
     @argument("--limit", type=int, default=20, help="at most this many (default 20)")
+    @argument("--before", default=None, help="the page after this cursor (printed last)")
     @line_magic
     def alchemist_jobs(self, line: str) -> None:
-        """List your jobs, newest first."""
+        """List your jobs, newest first, a page at a time."""
         args = _parse(self.alchemist_jobs, line)
         states = [s.value for s in JobState]
         if args.state is not None and args.state not in states:
             raise UsageError(f"--state must be one of {', '.join(states)}, got {args.state!r}")
-        listing = client.list_jobs(state=args.state, limit=args.limit)
+        if args.limit < 1:
+            raise UsageError(f"--limit must be at least 1, got {args.limit}")
+        try:
+            listing = client.list_jobs(state=args.state, limit=args.limit, before=args.before)
+        except CursorError as e:
+            raise UsageError(str(e)) from None
         print(format_jobs_table(listing.jobs))
+        if listing.next:
+            print(f"(older jobs: %alchemist_jobs --before {listing.next})")
         for job_id, why in listing.skipped:
             print(f"(job {job_id} could not be read and is not listed: {why})")
 

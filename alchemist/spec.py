@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import keyword
 import re
 from dataclasses import dataclass, field
@@ -228,6 +229,26 @@ class JobSpec:
             return cls(resources=Resources(**res), **values)
         except TypeError as e:  # pragma: no cover - guarded by the key checks above
             raise SpecError(str(e)) from e
+
+
+def spec_dict(stored: dict[str, Any], spec: JobSpec) -> dict[str, Any]:
+    """``spec.to_dict()``, where ``stored`` is the dict ``spec`` was read from: that dict
+    itself when it has every field (as ``to_dict`` wrote it), which spares a listing
+    the deep copy of every job's spec; else ``spec.to_dict()`` (a spec an earlier
+    version wrote, without the fields added since)."""
+    fields, resources = _field_names()
+    inner = stored.get("resources")
+    if stored.keys() == fields and isinstance(inner, dict) and inner.keys() == resources:
+        return stored
+    return spec.to_dict()
+
+
+@functools.cache
+def _field_names() -> tuple[frozenset[str], frozenset[str]]:
+    return (
+        frozenset(f.name for f in dataclasses.fields(JobSpec)),
+        frozenset(f.name for f in dataclasses.fields(Resources)),
+    )
 
 
 @dataclass

@@ -27,12 +27,24 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Float, Integer, String, Text, create_engine, event, select
+from sqlalchemy import (
+    Float,
+    Index,
+    Integer,
+    String,
+    Text,
+    and_,
+    create_engine,
+    delete,
+    event,
+    or_,
+    select,
+)
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
@@ -63,6 +75,19 @@ class JobRow(_Base):
     restarts: Mapped[int] = mapped_column(Integer, default=0)
     spec: Mapped[str] = mapped_column(Text)
     job_dir: Mapped[str] = mapped_column(Text)
+
+    #: A page of one owner's jobs, newest first, is read from this index alone
+    #: (created by :func:`_create_tables` in an index an earlier version made, too).
+    __table_args__ = (Index("ix_jobs_owner_created", "owner", "created", "id"),)
+
+
+class MetaRow(_Base):
+    """Facts about the index itself (e.g. that an owner's job folders were scanned)."""
+
+    __tablename__ = "index_meta"
+
+    key: Mapped[str] = mapped_column(String(300), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
 
 
 @dataclass
@@ -180,17 +205,68 @@ class JobStore:
             return JobRecord._from_row(row) if row else None
 
     def list(
-        self, owner: str, state: str | None = None, limit: int | None = None
+        self,
+        owner: str,
+        state: str | None = None,
+        limit: int | None = None,
+        *,
+        states: Collection[str] | None = None,
+        before: tuple[float, str] | None = None,
+        created_before: float | None = None,
     ) -> list[JobRecord]:
-        """The owner's jobs, newest first, optionally only those in ``state``."""
+        """The owner's jobs, newest first (ties by id, descending).
+
+        Args:
+            state: only rows stored in this state; ``states``: in one of these.
+            limit: at most this many rows.
+            before: only rows after this ``(created, id)`` key in that order (the key of
+                the last row of the previous page): pages never overlap or skip a row.
+            created_before: only rows created before this time.
+
+        A page is read from the ``(owner, created, id)`` index, so its cost does not
+        grow with the owner's history.
+        """
         q = select(JobRow).where(JobRow.owner == owner)
         if state:
             q = q.where(JobRow.state == state)
-        q = q.order_by(JobRow.created.desc())
+        if states is not None:
+            q = q.where(JobRow.state.in_(list(states)))
+        if before is not None:
+            created, job_id = before
+            q = q.where(
+                or_(
+                    JobRow.created < created,
+                    and_(JobRow.created == created, JobRow.id < job_id),
+                )
+            )
+        if created_before is not None:
+            q = q.where(JobRow.created < created_before)
+        q = q.order_by(JobRow.created.desc(), JobRow.id.desc())
         if limit:
             q = q.limit(limit)
         with Session(self.engine) as s:
             return [JobRecord._from_row(r) for r in s.scalars(q)]
+
+    def count(self, owner: str) -> int:
+        """How many jobs the owner has in the index."""
+        from sqlalchemy import func
+
+        with Session(self.engine) as s:
+            return int(s.scalar(select(func.count()).where(JobRow.owner == owner)) or 0)
+
+    def ids(self) -> set[str]:
+        """The id of every job in the index (any owner's)."""
+        with Session(self.engine) as s:
+            return set(s.scalars(select(JobRow.id)))
+
+    def get_meta(self, key: str) -> str | None:
+        with Session(self.engine) as s:
+            row = s.get(MetaRow, key)
+            return row.value if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        with Session(self.engine) as s, s.begin():
+            s.merge(MetaRow(key=key, value=value))
 
     def update(self, job_id: str, **fields: Any) -> None:
         with Session(self.engine) as s, s.begin():
@@ -200,11 +276,13 @@ class JobStore:
             for k, v in fields.items():
                 setattr(row, k, v)
 
-    def delete(self, job_id: str) -> None:
+    def delete(self, job_id: str, owner: str | None = None) -> bool:
+        """Remove the job's row (only if it is ``owner``'s, when given); whether it did."""
         with Session(self.engine) as s, s.begin():
-            row = s.get(JobRow, job_id)
-            if row is not None:
-                s.delete(row)
+            q = delete(JobRow).where(JobRow.id == job_id)
+            if owner is not None:
+                q = q.where(JobRow.owner == owner)
+            return bool(s.execute(q).rowcount)  # type: ignore[attr-defined]
 
 
 def _create_tables(engine: Engine, attempts: int = 20) -> None:
@@ -218,6 +296,9 @@ def _create_tables(engine: Engine, attempts: int = 20) -> None:
     for attempt in range(attempts):
         try:
             _Base.metadata.create_all(engine)
+            # An index made by an earlier version has the table without the page index.
+            for index in _Base.metadata.tables[JobRow.__tablename__].indexes:
+                index.create(engine, checkfirst=True)
             return
         except OperationalError as e:
             if "already exists" not in str(e) or attempt == attempts - 1:

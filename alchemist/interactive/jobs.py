@@ -48,17 +48,19 @@ def session_spec(
 
 def create_session_job(spec: JobSpec, session_config: dict[str, Any]) -> JobDir:
     """Make the session's job directory (0700), its files and its row; returns the directory."""
+    from alchemist import jobindex
     from alchemist.client import _record_file, new_job_id, pending_record
     from alchemist.store import get_store
 
     job_id = "s" + new_job_id()[1:]
     job_dir = JobDir(config.jobs_root() / job_id)
-    job_dir.create()
-    sd = SessionDir(job_dir)
-    make_private_dir(sd.root)
-    atomic_write_json(job_dir.spec, spec.to_dict())
-    atomic_write_json(sd.config, session_config)
-    record = pending_record(job_id, config.current_user(), spec, job_dir)
-    atomic_write_json(job_dir.record, {**_record_file(record), "kind": "session"})
-    get_store().add_new(record)
+    with jobindex.indexing(job_id):
+        job_dir.create()
+        sd = SessionDir(job_dir)
+        make_private_dir(sd.root)
+        atomic_write_json(job_dir.spec, spec.to_dict())
+        atomic_write_json(sd.config, session_config)
+        record = pending_record(job_id, config.current_user(), spec, job_dir)
+        atomic_write_json(job_dir.record, {**_record_file(record), "kind": "session"})
+        get_store().add_new(record)
     return job_dir

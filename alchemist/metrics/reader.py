@@ -26,6 +26,13 @@ are not a JSON object with the event keys (a stray edit, a torn write) are skipp
 counted in :attr:`MetricsReader.skipped`. Within a rank, events come in file order; a
 read returns the ranks one after the other (the old shared file first, then rank 0, 1,
 ...), not interleaved by time.
+
+:meth:`MetricsReader.overview` is the other way in, for a first view of a long history:
+every metric of every rank downsampled to a bounded number of points (first and last
+step, each bucket's extremes), from the cached summaries of
+:mod:`alchemist.metrics.summary` plus only the bytes written after them, and the cursor
+to continue from with :meth:`MetricsReader.read` (which then returns exactly the events
+the overview did not cover).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from typing import Any, NamedTuple
 
 from alchemist.errors import CursorError
 from alchemist.jobdir import JobDir
+from alchemist.metrics import summary as summaries
 from alchemist.metrics.tail import read_lines
 
 #: Bytes handed to one ``read_lines`` call; a read loops until the file is drained.
@@ -117,6 +125,34 @@ class MetricsChunk(NamedTuple):
     more: bool
 
 
+class SeriesOverview(NamedTuple):
+    """One metric of one rank in an overview."""
+
+    #: the steps and values of the downsampled points, in logged order
+    steps: list[float]
+    values: list[float]
+    #: how many points the rank logged for the metric (before downsampling)
+    logged: int
+
+
+class MetricsOverview(NamedTuple):
+    """What :meth:`MetricsReader.overview` returns."""
+
+    #: (metric, rank) → its downsampled points
+    series: dict[tuple[str, int], SeriesOverview]
+    #: metric names in order of first appearance
+    metrics: list[str]
+    #: rank → ``{"step", "time", "events", "recent": [(time, step), ...],
+    #: "total_steps"?, "batch_size"?}`` as of the cursor
+    progress: dict[int, dict[str, Any]]
+    #: rank → the newest attempt seen (to go on applying :mod:`alchemist.metrics.attempts`)
+    attempts: dict[int, int]
+    #: where :meth:`MetricsReader.read` continues: the events after the overview
+    cursor: str
+    #: False when ``max_bytes`` stopped the pass before the end (call again to go on)
+    complete: bool
+
+
 class MetricsReader:
     """Tails the per-rank metric files of one job (see the module docstring).
 
@@ -141,6 +177,24 @@ class MetricsReader:
         ]
         shared = self.job_dir.shared_metrics(system=self.system)
         return [(SHARED_KEY, shared), *found] if shared.exists() else found
+
+    def tail_cursor(self, tail_bytes: int) -> str:
+        """A cursor from which :meth:`read` returns about the last ``tail_bytes`` of
+        each file (from the first line that starts in them)."""
+        offsets: dict[str, int] = {}
+        for key, path in self.files():
+            try:
+                with open(path, "rb") as f:
+                    size = f.seek(0, 2)
+                    start = max(0, size - tail_bytes)
+                    if start:
+                        f.seek(start - 1)
+                        cut = f.read(tail_bytes + 1).find(b"\n")
+                        start = size if cut < 0 else start + cut
+            except OSError:
+                continue
+            offsets[key] = start
+        return format_cursor(offsets)
 
     def read(
         self, since: Cursor = None, max_bytes: int | None = None
@@ -226,6 +280,82 @@ class MetricsReader:
             if not more or (left is not None and left <= 0):
                 return events, cursor, more, cursor - since
             limit = CHUNK_BYTES if left is None else max(1, min(CHUNK_BYTES, left))
+
+    def fold_file(self, path: Path, summary: summaries.FileSummary, budget: int | None) -> bool:
+        """Fold ``path``'s events after ``summary.offset`` into ``summary`` (about
+        ``budget`` bytes at most; None: to the end), a chunk at a time; whether more
+        was left."""
+        left = budget
+        while True:
+            step = CHUNK_BYTES if left is None else max(1, min(CHUNK_BYTES, left))
+            before = self.skipped
+            events, offset, more, used = self._read_file(path, summary.offset, step)
+            summary.fold(events)
+            summary.offset = offset
+            summary.skipped += self.skipped - before
+            if left is not None:
+                left -= used
+            if not more or used == 0 or (left is not None and left <= 0):
+                return more
+
+    def overview(
+        self, max_points: int = 2000, max_bytes: int | None = None, *, cache: bool = True
+    ) -> MetricsOverview:
+        """Every metric of every rank, downsampled, and the cursor after it.
+
+        Reads each file's cached summary (:mod:`alchemist.metrics.summary`; rebuilt from
+        byte 0 when missing, stale or damaged) and folds in only the bytes after it,
+        then caches the result. The system metrics have no overview.
+
+        Args:
+            max_points: points per series at most (at least 8): the first and last point
+                and each bucket's smallest, largest (and first NaN) are kept.
+            max_bytes: fold about this many bytes at most (shared between the files;
+                None: to the end); when that stops it early, ``complete`` is False and
+                another call goes on from where this one stopped (its work is cached).
+            cache: read and write the cached summaries (False: build them in memory).
+
+        Raises:
+            ValueError: the reader reads system metrics.
+        """
+        if self.system:
+            raise ValueError("system metrics have no overview; read them with read()")
+        import numpy as np
+
+        from alchemist.widgets.downsample import minmax_downsample
+
+        files = self.files()
+        share = None if max_bytes is None else max(1, max_bytes // max(1, len(files)))
+        offsets: dict[str, int] = {}
+        complete = True
+        merged: dict[tuple[str, int], tuple[list[float], list[float], int]] = {}
+        order: list[str] = []
+        progress: dict[int, dict[str, Any]] = {}
+        attempts: dict[int, int] = {}
+        for key, path in files:
+            summary = (summaries.load(path) if cache else None) or summaries.FileSummary()
+            start = summary.offset
+            if self.fold_file(path, summary, share):
+                complete = False
+            if cache and summary.offset != start:
+                summaries.save(path, summary)
+            offsets[key] = summary.offset
+            for (name, rank), s in summary.series.items():
+                xs, ys = s.points()
+                old = merged.get((name, rank))
+                merged[(name, rank)] = (
+                    (old[0] + xs, old[1] + ys, old[2] + s.count) if old else (xs, ys, s.count)
+                )
+            order.extend(n for n in summary.order if n not in order)
+            for rank, p in summary.progress.items():
+                progress[rank] = {**p, "recent": list(p["recent"])}
+            for rank, a in summary.attempts.seen.items():
+                attempts[rank] = max(a, attempts.get(rank, 0))
+        series: dict[tuple[str, int], SeriesOverview] = {}
+        for series_key, (xs, ys, count) in merged.items():
+            x, y = minmax_downsample(np.asarray(xs, float), np.asarray(ys, float), max_points)
+            series[series_key] = SeriesOverview(x.tolist(), y.tolist(), count)
+        return MetricsOverview(series, order, progress, attempts, format_cursor(offsets), complete)
 
     def read_all(self) -> list[dict[str, Any]]:
         """Every complete event of every rank."""

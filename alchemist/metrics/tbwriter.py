@@ -45,6 +45,7 @@ from alchemist.jobdir import JobDir, atomic_write_bytes, atomic_write_json
 from alchemist.metrics.attempts import AttemptTracker
 from alchemist.metrics.reader import MetricsReader
 from alchemist.metrics.reporter import META_KEYS, tensorboard_run_dir
+from alchemist.metrics.summary import SummaryKeeper
 
 CURSOR_FILE = ".cursor"
 #: Each rank's newest attempt converted so far (JSON), kept beside the cursor.
@@ -160,6 +161,13 @@ class EventConverter:
         self._writers.clear()
 
 
+def _refresh(keeper: SummaryKeeper, force_save: bool = False) -> None:
+    try:
+        keeper.refresh(force_save=force_save)
+    except Exception:  # a summary is a cache: a failure costs a later reader a pass
+        pass
+
+
 def run(job_root: Path, interval: float = 1.0, stdin_fd: int | None = 0) -> None:
     """Convert until stdin reaches end-of-file or SIGTERM arrives, then drain and return."""
     job_dir = JobDir(job_root)
@@ -167,6 +175,9 @@ def run(job_root: Path, interval: float = 1.0, stdin_fd: int | None = 0) -> None
     alive = open(job_dir.tensorboard / WRITER_FILE, "a+b")  # noqa: SIM115 - held until exit
     fcntl.flock(alive.fileno(), fcntl.LOCK_EX)  # one writer per job at a time
     converter = EventConverter(job_dir)
+    # The summaries of alchemist.metrics.summary, kept current from here (off the
+    # training process), so a first view of a long job reads them and a few seconds.
+    keeper = SummaryKeeper(MetricsReader(job_dir))
     stopping = False
 
     def on_term(signum: int, frame: Any) -> None:
@@ -179,6 +190,7 @@ def run(job_root: Path, interval: float = 1.0, stdin_fd: int | None = 0) -> None
     try:
         while not stopping:
             converter.sync()
+            _refresh(keeper)
             if os.getppid() != parent:
                 break  # the worker died (we were re-parented)
             if stdin_fd is None:
@@ -192,6 +204,7 @@ def run(job_root: Path, interval: float = 1.0, stdin_fd: int | None = 0) -> None
                 # anything else ("f"): convert now, at the top of the loop
         while converter.sync():  # what is left
             pass
+        _refresh(keeper, force_save=True)
     finally:
         converter.close()
         alive.close()

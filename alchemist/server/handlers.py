@@ -11,7 +11,11 @@ Routes, relative to the server's base URL (``/user/<name>/`` behind JupyterHub):
     GET    alchemist/api/v1/jobs/ID              one job
     DELETE alchemist/api/v1/jobs/ID              cancel it (idempotent)
     GET    alchemist/api/v1/jobs/ID/metrics?since=CURSOR&max_bytes=N
+    GET    alchemist/api/v1/jobs/ID/metrics?view=summary&max_points=N   the whole history
+                                                 downsampled, and the cursor after it
     GET    alchemist/api/v1/jobs/ID/logs?rank=R&since=CURSOR&limit_bytes=N
+    GET    alchemist/api/v1/jobs/ID/logs?rank=R&tail=N   the last N lines, read from the end;
+                                                 ``cursor`` follows on from them
     GET    alchemist/api/v1/jobs/ID/dryrun       the exact request the backend makes for it
     POST   alchemist/api/v1/jobs/ID/tensorboard  start (or reuse) TensorBoard: ``{"url"}``
     GET    alchemist/api/v1/jobs/ID/diagnosis    which rank is stuck, and where (the report
@@ -80,9 +84,17 @@ API_ROOT = "alchemist/api/v1"
 #: Default and largest bytes of log read per request.
 DEFAULT_LOG_BYTES = 256 * 1024
 MAX_LOG_BYTES = 1024 * 1024
+#: The most lines ``?tail=N`` returns (within ``limit_bytes``).
+MAX_LOG_TAIL_LINES = 100_000
 #: Default and largest bytes of metrics read per request.
 DEFAULT_METRICS_BYTES = 1024 * 1024
 MAX_METRICS_BYTES = 4 * 1024 * 1024
+#: ``?view=summary``: points per series (default, largest), points in all, and bytes
+#: after the cached summaries folded per request (about 1 s; more: ask again).
+DEFAULT_SUMMARY_POINTS = 1000
+MAX_SUMMARY_POINTS = 4000
+SUMMARY_REPLY_POINTS = 50_000
+SUMMARY_FOLD_BYTES = 8 << 20
 #: Bytes read from the end of a rank's metrics file to find a job's latest event.
 LATEST_TAIL_BYTES = 16 * 1024
 #: Default and largest number of jobs in a listing.
@@ -301,18 +313,19 @@ def _describe(job: Any) -> dict[str, Any]:
     return data
 
 
-def _list_jobs(state: str | None, limit: int) -> dict[str, Any]:
-    """The user's jobs, and those that could not be read (listed apart, with why)."""
+def _list_jobs(state: str | None, limit: int, before: str | None = None) -> dict[str, Any]:
+    """A page of the user's jobs, those that could not be read (listed apart, with
+    why), and the cursor of the next page (``next``; null on the last)."""
     from alchemist import client
 
-    listing = client.list_jobs(state=state or None, limit=limit)
+    listing = client.list_jobs(state=state or None, limit=limit, before=before or None)
     jobs, skipped = [], [{"id": i, "reason": why} for i, why in listing.skipped]
     for job in listing.jobs:
         try:
             jobs.append(_describe(job))
         except Exception as e:  # one unreadable job never fails the list
             skipped.append({"id": job.id, "reason": str(e).splitlines()[0] if str(e) else repr(e)})
-    return {"jobs": jobs, "skipped": skipped}
+    return {"jobs": jobs, "skipped": skipped, "next": listing.next}
 
 
 def _job(job_id: str) -> Any:
@@ -347,9 +360,51 @@ def _metrics(job_id: str, since: str, max_bytes: int) -> dict[str, Any]:
     return {"events": chunk.events, "cursor": chunk.cursor, "more": chunk.more}
 
 
-def _logs(job_id: str, rank: int, since: int, limit_bytes: int) -> dict[str, Any]:
+def _metrics_summary(job_id: str, max_points: int) -> dict[str, Any]:
+    """``?view=summary``: every metric of every rank downsampled (at most ``max_points``
+    a series, and :data:`SUMMARY_REPLY_POINTS` in all), from the job's cached summaries
+    plus at most :data:`SUMMARY_FOLD_BYTES` after them; ``cursor`` continues with the
+    events after it, ``complete`` says whether the summary reached the end (if not,
+    ask again: the work is cached)."""
+    import numpy as np
+
+    from alchemist.metrics.reader import MetricsReader
+    from alchemist.widgets.downsample import minmax_downsample
+
     job = _job(job_id)
-    chunk = job.log_chunk(rank, since, limit_bytes)
+    ov = MetricsReader(job.job_dir).overview(max_points, max_bytes=SUMMARY_FOLD_BYTES)
+    per_series = max(8, min(max_points, SUMMARY_REPLY_POINTS // max(1, len(ov.series))))
+    series = []
+    for (name, rank), s in ov.series.items():
+        x, y = np.asarray(s.steps, float), np.asarray(s.values, float)
+        x, y = minmax_downsample(x, y, per_series)
+        series.append(
+            {
+                "metric": name,
+                "rank": rank,
+                "count": s.logged,
+                "steps": x.tolist(),
+                "values": y.tolist(),
+            }
+        )
+    return {
+        "view": "summary",
+        "metrics": ov.metrics,
+        "series": series,
+        "progress": {str(r): p for r, p in ov.progress.items()},
+        "cursor": ov.cursor,
+        "complete": ov.complete,
+    }
+
+
+def _logs(
+    job_id: str, rank: int, since: int, limit_bytes: int, tail: int | None = None
+) -> dict[str, Any]:
+    job = _job(job_id)
+    if tail is None:
+        chunk = job.log_chunk(rank, since, limit_bytes)
+    else:  # the last lines, read from the end (constant time); follow from its cursor
+        chunk = job.log_tail(rank, tail, limit_bytes)
     return {
         "rank": chunk.rank,
         "lines": chunk.lines,
@@ -513,8 +568,11 @@ class JobsHandler(AlchemistHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        """List the current user's jobs, newest first (``?state=`` filters)."""
-        args = self.query({"limit": (DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT)}, text=("state",))
+        """A page of the current user's jobs, newest first (``?state=`` filters,
+        ``?before=`` is the ``next`` of the previous page)."""
+        args = self.query(
+            {"limit": (DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT)}, text=("state", "before")
+        )
         state = self.get_query_argument("state", "") or None
         if state is not None:
             from alchemist.spec import JobState
@@ -524,7 +582,15 @@ class JobsHandler(AlchemistHandler):
                 raise RouteError(
                     400, f"state {state!r} is unknown; choose one of {', '.join(states)}", "state"
                 )
-        self.reply(await self.call(_list_jobs, state, args["limit"]))
+        before = self.get_query_argument("before", "") or None
+        if before is not None:
+            from alchemist.client import parse_page_cursor
+
+            try:
+                parse_page_cursor(before)
+            except CursorError as e:
+                raise RouteError(400, str(e), "before") from None
+        self.reply(await self.call(_list_jobs, state, args["limit"], before))
 
     @web.authenticated
     @authorized
@@ -567,9 +633,29 @@ class MetricsHandler(AlchemistHandler):
     @authorized
     async def get(self, job_id: str) -> None:
         args = self.query(
-            {"max_bytes": (DEFAULT_METRICS_BYTES, 1, MAX_METRICS_BYTES)}, text=("since",)
+            {
+                "max_bytes": (DEFAULT_METRICS_BYTES, 1, MAX_METRICS_BYTES),
+                "max_points": (DEFAULT_SUMMARY_POINTS, 8, MAX_SUMMARY_POINTS),
+            },
+            text=("since", "view"),
         )
+        view = self.get_query_argument("view", "") or "events"
         since = self.get_query_argument("since", "")  # a cursor; _metrics checks it
+        if view == "summary":
+            for name in ("since", "max_bytes"):
+                if self.get_query_argument(name, ""):
+                    raise RouteError(
+                        400,
+                        f"{name} is for view=events: a summary covers the history from the"
+                        " start; read on from the cursor it returns",
+                        name,
+                    )
+            self.reply(await self.call(_metrics_summary, job_id, args["max_points"]))
+            return
+        if view != "events":
+            raise RouteError(400, f"view must be events or summary, got {_shown(view)}", "view")
+        if self.get_query_argument("max_points", ""):
+            raise RouteError(400, "max_points is for view=summary", "max_points")
         self.reply(await self.call(_metrics, job_id, since, args["max_bytes"]))
 
 
@@ -582,9 +668,19 @@ class LogsHandler(AlchemistHandler):
                 "rank": (0, 0, 1 << 20),
                 "since": (0, 0, 1 << 62),
                 "limit_bytes": (DEFAULT_LOG_BYTES, 1, MAX_LOG_BYTES),
+                "tail": (0, 0, MAX_LOG_TAIL_LINES),
             }
         )
-        self.reply(await self.call(_logs, job_id, args["rank"], args["since"], args["limit_bytes"]))
+        tail: int | None = None
+        if self.get_query_argument("tail", ""):
+            if self.get_query_argument("since", ""):
+                raise RouteError(
+                    400, "tail reads the last lines: pass since or tail, not both", "tail"
+                )
+            tail = args["tail"]
+        self.reply(
+            await self.call(_logs, job_id, args["rank"], args["since"], args["limit_bytes"], tail)
+        )
 
 
 class JobDryRunHandler(AlchemistHandler):

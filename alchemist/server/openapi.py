@@ -142,10 +142,12 @@ def document(base_url: str = "/") -> dict[str, Any]:
         "/openapi.json": {"get": _op("this document")},
         "/jobs": {
             "get": _op(
-                "the current user's jobs, newest first (and those that could not be read)",
+                "a page of the current user's jobs, newest first (and those that could not"
+                " be read), with the cursor of the next page (next)",
                 params=[
                     _text("state", "only jobs in this state"),
                     _int("limit", "at most this many", 1),
+                    _text("before", "the page after this cursor (the next of a page)"),
                 ],
             ),
             "post": _op("submit a file as a job", ok=201, body=True),
@@ -157,11 +159,14 @@ def document(base_url: str = "/") -> dict[str, Any]:
         },
         "/jobs/{job_id}/metrics": {
             "get": _op(
-                "metric events after a cursor",
+                "metric events after a cursor; or (view=summary) every metric of every"
+                " rank downsampled, and the cursor after it",
                 params=[
                     *job,
                     _text("since", "the cursor a previous read returned"),
                     _int("max_bytes", "read about this much at most", 1),
+                    _text("view", "events (default) or summary"),
+                    _int("max_points", "view=summary: points per series at most", 8),
                 ],
             )
         },
@@ -173,6 +178,7 @@ def document(base_url: str = "/") -> dict[str, Any]:
                     _int("rank", "the rank", 0),
                     _int("since", "byte offset to read from", 0),
                     _int("limit_bytes", "read this much at most", 1),
+                    _int("tail", "the last N lines instead, read from the end", 0),
                 ],
             )
         },

@@ -7,7 +7,9 @@ point and, per bucket of consecutive points, the first, smallest, largest and la
 stay visible. NaN values are kept (one per bucket), since a NaN loss is news.
 
 :class:`Series` stores every point of one curve in growable numpy arrays (complete,
-amortised O(1) appends) and caches its downsampled view until new points arrive.
+amortised O(1) appends) and caches its downsampled view until new points arrive. A
+series seeded from a summary (:meth:`Series.seed`: a long history, already downsampled)
+stores the summary's points and every point after them, and counts every point logged.
 """
 
 from __future__ import annotations
@@ -73,10 +75,26 @@ class Series:
         self._x: FloatArray = np.empty(256, dtype=np.float64)
         self._y: FloatArray = np.empty(256, dtype=np.float64)
         self._n = 0
+        self._unstored = 0  # points logged but not stored (summarised away)
         self._view: tuple[FloatArray, FloatArray] | None = None
 
     def __len__(self) -> int:
         return self._n
+
+    @property
+    def count(self) -> int:
+        """How many points were logged (a seeded series stores fewer)."""
+        return self._n + self._unstored
+
+    def seed(self, x: list[float], y: list[float], count: int) -> None:
+        """Replace the contents with a downsampled history of ``count`` points."""
+        n = len(x)
+        size = max(256, n)
+        self._x, self._y = np.empty(size, dtype=np.float64), np.empty(size, dtype=np.float64)
+        self._x[:n], self._y[:n] = x, y
+        self._n = n
+        self._unstored = max(0, count - n)
+        self._view = None
 
     def append(self, x: float, y: float) -> None:
         """Add one point (kept forever; the display view is recomputed lazily)."""
@@ -98,6 +116,8 @@ class Series:
         n = int(keep.sum())
         if n == self._n:
             return False
+        # a seeded history loses its unstored points in the same proportion
+        self._unstored = self._unstored * n // self._n
         self._x[:n] = self.x[keep]
         self._y[:n] = self.y[keep]
         self._n = n

@@ -25,8 +25,17 @@ in a real browser until that bundle was loaded (seen in the browser test). bqplo
 sends numpy arrays as binary buffers. Updates are incremental: every ``interval``
 seconds (about 7 per second by default) only the curves that gained points are re-sent,
 each as its downsampled view (:mod:`alchemist.widgets.downsample`: at most
-``max_points`` points keeping first/last/extremes), never one message per point, while
-every point stays in memory and in the job's metrics files.
+``max_points`` points keeping first/last/extremes), never one message per point.
+
+Attaching to a long history costs what a chart shows, not what the job logged: the
+first poll reads :meth:`~alchemist.metrics.reader.MetricsReader.overview` (every metric
+of every rank downsampled, from the cached summaries of :mod:`alchemist.metrics.summary`
+plus the bytes after them) and seeds each curve with it; from the overview's cursor on,
+every new point is read and kept in memory (the history before it stays in the job's
+metrics files, as the summary's points in the curves). A history too long to fold
+within one update's budget (no summary yet) arrives over a few updates, still as
+overviews, before new points are read one by one. System metrics are read from the
+last :data:`SYSTEM_TAIL_BYTES` of each rank's file.
 
 The monitor is written against the small :class:`MonitoredJob` protocol (what
 :class:`alchemist.client.Job` provides), and reads the job directory directly:
@@ -51,7 +60,7 @@ from typing import Any, Protocol
 
 from alchemist.jobdir import JobDir
 from alchemist.metrics.attempts import AttemptTracker
-from alchemist.metrics.reader import MetricsReader
+from alchemist.metrics.reader import MetricsOverview, MetricsReader
 from alchemist.metrics.reporter import META_KEYS
 from alchemist.spec import JobState, JobStatus
 from alchemist.widgets.diagnosis import bundle_link_html, diagnosis_html, error_html
@@ -64,6 +73,9 @@ DEFAULT_LOG_LINES = 200
 READ_BUDGET = 16 << 20
 #: On attach, only the end of each rank log is read (the tail shows the last lines).
 LOG_TAIL_BYTES = 256 << 10
+#: On attach, only the end of each rank's system metrics is read (the table shows the
+#: latest sample, and the one before for network rates).
+SYSTEM_TAIL_BYTES = 64 << 10
 STATUS_EVERY = 1.0
 #: The step axis spans at least 0..this, so its ticks stay on whole steps.
 MIN_STEP_AXIS = 10
@@ -185,7 +197,9 @@ class MonitorData:
         self._system_reader = MetricsReader(job.job_dir, system=True)
         # Opaque cursors over every rank's file (see alchemist.metrics.reader).
         self.metrics_cursor = ""
-        self.system_cursor = ""
+        self.system_cursor: str | None = None  # None: start from the files' tails
+        #: whether the history before :attr:`metrics_cursor` has been read (as overviews)
+        self.history_read = False
         self.log_cursors: dict[int, int] = {}
         self._last_status = 0.0
         self.finished_reading = False
@@ -208,18 +222,53 @@ class MonitorData:
             if stalled != self.stalled:
                 changes.status = True
             self.stalled = stalled
-        events, self.metrics_cursor = self._metrics_reader.read(
-            self.metrics_cursor, max_bytes=READ_BUDGET
-        )
-        self._add_events(events, changes)
+        if not self.history_read:
+            overview = self._metrics_reader.overview(self.max_points, max_bytes=READ_BUDGET)
+            self._seed(overview, changes)
+            self.metrics_cursor = overview.cursor
+            self.history_read = overview.complete
+            events: list[dict[str, Any]] = []
+        else:
+            events, self.metrics_cursor = self._metrics_reader.read(
+                self.metrics_cursor, max_bytes=READ_BUDGET
+            )
+            self._add_events(events, changes)
+        if self.system_cursor is None:
+            self.system_cursor = self._system_reader.tail_cursor(SYSTEM_TAIL_BYTES)
         sys_events, self.system_cursor = self._system_reader.read(self.system_cursor)
         for e in sys_events:
             self._add_system(e)
         changes.system = bool(sys_events)
         changes.logs = self._read_logs()
         # Terminal and drained: nothing more will come.
-        self.finished_reading = self.status.state.is_terminal and not events and not sys_events
+        self.finished_reading = (
+            self.status.state.is_terminal and self.history_read and not events and not sys_events
+        )
         return changes
+
+    def _seed(self, overview: MetricsOverview, changes: Changes) -> None:
+        """Show the history as ``overview`` summarises it (every curve replaced)."""
+        self._attempts = AttemptTracker(overview.attempts)
+        for name in overview.metrics:
+            if name not in self.metrics:
+                self.metrics.append(name)
+                changes.new_metrics.append(name)
+        for key, points in overview.series.items():
+            series = self.series.get(key)
+            if series is None:
+                series = self.series[key] = Series(self.max_points)
+            series.seed(points.steps, points.values, points.logged)
+            changes.series.add(key)
+        for rank, p in overview.progress.items():
+            prog = self.progress[rank] = RankProgress(
+                step=p.get("step"),
+                time=p.get("time"),
+                total_steps=p.get("total_steps"),
+                batch_size=p.get("batch_size"),
+                events=int(p.get("events") or 0),
+            )
+            prog.recent.extend((float(t), int(s)) for t, s in p.get("recent", ()))
+            changes.progress = True
 
     def _add_events(self, events: Iterable[dict[str, Any]], changes: Changes) -> None:
         for e in events:
@@ -305,9 +354,9 @@ class MonitorData:
         return out[-lines:] if lines else out
 
     def points(self, metric: str, rank: int = 0) -> int:
-        """How many points of ``metric`` rank ``rank`` has logged (all kept)."""
+        """How many points of ``metric`` rank ``rank`` has logged."""
         s = self.series.get((metric, rank))
-        return len(s) if s is not None else 0
+        return s.count if s is not None else 0
 
 
 def _stall_note(job: MonitoredJob, status: JobStatus) -> str | None:
@@ -471,7 +520,7 @@ def summary_html(data: MonitorData, log_lines: int = 20) -> str:
         hi = float(finite.max()) if len(finite) else None
         last = s.last
         rows.append(
-            f"<tr><td>{html.escape(name)}</td><td>{len(s)}</td>"
+            f"<tr><td>{html.escape(name)}</td><td>{s.count}</td>"
             f"<td>{fmt_num(last[1] if last else None)}</td><td>{fmt_num(lo)}</td>"
             f"<td>{fmt_num(hi)}</td><td>{sparkline_svg(s)}</td></tr>"
         )
@@ -507,7 +556,7 @@ def summary_text(data: MonitorData, log_lines: int = 10) -> str:
         s = data.series.get((name, 0))
         if s is not None and s.last is not None:
             step, value = s.last
-            lines.append(f"  {name}: {fmt_num(value)} at step {int(step)} ({len(s)} points)")
+            lines.append(f"  {name}: {fmt_num(value)} at step {int(step)} ({s.count} points)")
     for rank in sorted(data.progress):
         p = data.progress[rank]
         total = f"/{int(p.total_steps)}" if p.total_steps else ""

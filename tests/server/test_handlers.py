@@ -112,6 +112,27 @@ async def test_list_is_the_users_jobs_newest_first_filtered_by_state(api: Api) -
     assert [j["id"] for j in body["jobs"]] == [old.id]
 
 
+async def test_list_pages_through_a_long_history_with_the_next_cursor(api: Api) -> None:
+    now = time.time()
+    made = [make_record(name=f"j{i}", created=now - 100 + i)[0].id for i in range(7)]
+    make_record(name="theirs", owner="bob", created=now)
+    seen, before, pages = [], None, 0
+    while True:
+        code, body = await api(
+            "GET", "jobs", params={"limit": "3", **({"before": before} if before else {})}
+        )
+        assert code == 200, body
+        seen += [j["id"] for j in body["jobs"]]
+        pages += 1
+        before = body["next"]
+        if before is None:
+            break
+    assert seen == made[::-1] and pages == 3  # newest first, no overlap, no gap, not bob's
+    code, body = await api("GET", "jobs", params={"before": "the-beginning"})
+    assert (code, body["field"]) == (400, "before")
+    assert "not a page cursor" in body["message"]
+
+
 async def test_list_rejects_an_unknown_state_or_argument(api: Api) -> None:
     code, body = await api("GET", "jobs", params={"state": "sleeping"})
     assert (code, body["field"]) == (400, "state")

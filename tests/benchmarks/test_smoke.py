@@ -39,6 +39,7 @@ def test_every_benchmark_has_a_smoke_test() -> None:
         "queue_makespan.py",
         "diagnose.py",
         "interactive.py",
+        "scale.py",
     }
     assert {p.name for p in BENCHMARKS.glob("*.py")} == tested
 
@@ -114,3 +115,18 @@ def test_interactive_smoke_runs_both_arms() -> None:
     assert re.search(r"ratio session / batch first result: [0-9.]+ \(target <= 1.5\)", out), out
     assert re.search(r"ratio session / batch first result, warm: [0-9.]+", out), out
     assert re.search(r"warm pool start-up \(once, with a first job\): [0-9.]+ s", out), out
+
+
+def test_scale_smoke_runs_every_part_and_prints_the_growth_table() -> None:
+    out = _smoke("scale.py", timeout=600)
+    assert "parts failed: 0 of 5" in out, out
+    assert "| cost | sizes | at the largest size | exponent | target |" in out, out
+    for cost in (
+        "GET /jobs?limit=20",
+        "panel poll: GET /jobs",
+        "GET /jobs/<id>/metrics?view=summary",
+        "GET /jobs/<id>/logs?tail=100",
+        "users at once: REST errors",
+        "job processes left (supervisors, ranks)",
+    ):
+        assert re.search(rf"^\| {re.escape(cost)}.* \| -?[0-9.]+ \|", out, re.M), (cost, out)

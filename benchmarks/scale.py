@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scale_parts.common import Series, print_series, print_table
+from scale_parts.common import Series, print_series, print_table, restore_env
 
 PARTS = ("index", "metrics", "logs", "users", "soak")
 
@@ -66,11 +66,7 @@ def main() -> int:
             failed.append(name)
             print(f"part {name} FAILED:\n{traceback.format_exc()}", flush=True)
         finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+            restore_env(saved)
     print_table(table)
     missed = [s.cost for s in table if s.met is False]
     print(

@@ -4,6 +4,7 @@ exponent, percentiles, and the table ``scale.py`` prints."""
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +41,15 @@ class Series:
     @property
     def exponent(self) -> float | None:
         return growth_exponent(self.sizes, self.values)
+
+
+def restore_env(saved: dict[str, str | None]) -> None:
+    """Put back the environment variables ``saved`` holds (None: unset)."""
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 def growth_exponent(sizes: list[int], values: list[float]) -> float | None:

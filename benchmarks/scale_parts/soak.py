@@ -27,7 +27,7 @@ from typing import Any
 
 import psutil
 
-from scale_parts.common import Series, pct
+from scale_parts.common import Series, pct, restore_env
 from scale_parts.index import jupyter_server
 
 #: Terminal job states (alchemist.spec.JobState).
@@ -167,11 +167,7 @@ def run(smoke: bool) -> list[Series]:
                     cold.append(job_id)
             pool_after = _call(base, token, "GET", "pool")
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        restore_env(saved)
         from alchemist.backends.local.pool import client as pool_client
 
         for folder in Path(pools).iterdir():

@@ -438,6 +438,49 @@ def test_panel_polls_only_while_visible(page: Any) -> None:
         page.remove_listener("request", on_request)
 
 
+ADD_OLD_JOBS = """
+import sys, time
+from alchemist import config
+from alchemist.spec import JobSpec
+from alchemist.store import JobRecord, get_store
+
+n, now = int(sys.argv[1]), time.time()
+for i in range(n):
+    get_store().add(JobRecord(
+        id=f"old-{i:03d}", owner=config.current_user(), name=f"old-{i:03d}",
+        backend="local", state="succeeded", reason=None, created=now - 86400 - i,
+        started=None, finished=now - 86400 - i, restarts=0,
+        spec=JobSpec(name=f"old-{i:03d}").to_dict(),
+        job_dir=str(config.jobs_root() / f"old-{i:03d}"),
+    ))
+"""
+
+
+def test_older_jobs_beyond_the_first_page_come_with_a_button(page: Any, lab: Lab) -> None:
+    """A history longer than a page (the server's 200): the panel polls only the newest
+    page; "Older jobs" fetches the next one (``?before=``), and hides on the last."""
+    subprocess.run(
+        [sys.executable, "-c", ADD_OLD_JOBS, "205"],
+        env={**os.environ, "ALCHEMIST_HOME": str(lab.home)},
+        check=True,
+    )
+    panel = page.locator("#alchemist-panel")
+    newest, oldest = (
+        panel.locator('[data-job-id="old-000"]'),
+        panel.locator('[data-job-id="old-204"]'),
+    )
+    newest.wait_for()  # the next poll lists the newest page
+    older = panel.locator("button.jp-Alchemist-older")
+    expect(older).to_be_visible()
+    expect(oldest).to_have_count(0)
+    older.click()
+    oldest.wait_for()
+    expect(older).to_be_hidden()
+    expect(panel.locator('[data-job-id^="old-"]')).to_have_count(205)
+    page.wait_for_timeout(1500)  # three polls later the older page is still shown
+    expect(panel.locator('[data-job-id^="old-"]')).to_have_count(205)
+
+
 def test_missing_server_extension_gets_one_clear_message(tmp_path: Path, browser: Any) -> None:
     for lab in start_lab(tmp_path, server_extension=False):
         context = browser.new_context()

@@ -13,6 +13,7 @@ import {
   IFailure,
   IJob,
   IMetricEvent,
+  IMetricsSummary,
   IServerInfo,
   ISubmitBody,
   explainFailure
@@ -124,8 +125,12 @@ export const api = {
   info(): Promise<IServerInfo> {
     return requestAPI('');
   },
-  listJobs(state = ''): Promise<{ jobs: IJob[] }> {
-    return requestAPI('jobs', {}, { state });
+  /**
+   * A page of the user's jobs, newest first; `next` is the `before` of the next (older)
+   * page, null on the last.
+   */
+  listJobs(state = '', before = ''): Promise<{ jobs: IJob[]; next: string | null }> {
+    return requestAPI('jobs', {}, { state, before });
   },
   getJob(id: string): Promise<IJob> {
     return requestAPI(`jobs/${encodeURIComponent(id)}`);
@@ -144,6 +149,10 @@ export const api = {
   },
   metrics(id: string, since: MetricsCursor): Promise<IMetricsChunk> {
     return requestAPI(`jobs/${encodeURIComponent(id)}/metrics`, {}, { since });
+  },
+  /** The whole history downsampled, from the job's cached summary (a constant-time first view). */
+  metricsSummary(id: string): Promise<IMetricsSummary> {
+    return requestAPI(`jobs/${encodeURIComponent(id)}/metrics`, {}, { view: 'summary' });
   },
   logs(id: string, rank: number, since: number): Promise<ILogChunk> {
     return requestAPI(`jobs/${encodeURIComponent(id)}/logs`, {}, { rank, since });

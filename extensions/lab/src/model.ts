@@ -69,6 +69,52 @@ export function filterAndSort(jobs: readonly IJob[], state: string): IJob[] {
 }
 
 /**
+ * The job list the panel shows: the newest page (polled) followed by the older pages
+ * the user asked for ("Older jobs"), each job once; the polled page's copy wins, as it
+ * is the fresher. Newest first, as {@link filterAndSort} orders.
+ */
+export function mergePages(newest: readonly IJob[], older: readonly IJob[]): IJob[] {
+  const seen = new Set(newest.map(j => j.id));
+  return [...newest, ...older.filter(j => !seen.has(j.id))];
+}
+
+/** One downsampled series of `GET /jobs/{id}/metrics?view=summary`. */
+export interface IMetricsSummarySeries {
+  metric: string;
+  rank: number;
+  /** How many values the rank logged for it (the points are at most a bounded few). */
+  count: number;
+  steps: number[];
+  values: number[];
+}
+
+/**
+ * `GET /jobs/{id}/metrics?view=summary`: the whole history of every metric of every
+ * rank, downsampled from the summary kept beside the metrics files. `cursor` is where
+ * `?since=` reads on; `complete` is false while the server has not folded the newest
+ * bytes yet (ask again: its work is cached).
+ */
+export interface IMetricsSummary {
+  view: 'summary';
+  metrics: string[];
+  series: IMetricsSummarySeries[];
+  cursor: string;
+  complete: boolean;
+}
+
+/** A summary's points as metric events, for {@link MetricSeries.add}. */
+export function summaryEvents(summary: IMetricsSummary): IMetricEvent[] {
+  const events: IMetricEvent[] = [];
+  for (const s of summary.series ?? []) {
+    const n = Math.min(s.steps.length, s.values.length);
+    for (let i = 0; i < n; i++) {
+      events.push({ rank: s.rank, step: s.steps[i], values: { [s.metric]: s.values[i] } });
+    }
+  }
+  return events;
+}
+
+/**
  * Seconds a job has run: from its start (its creation while pending) to its end
  * (now while it runs). Never negative.
  */

@@ -30,7 +30,9 @@ import {
   formFieldOf,
   formatElapsed,
   isTerminal,
+  mergePages,
   optionsHint,
+  summaryEvents,
   validateForm
 } from './model';
 
@@ -157,7 +159,17 @@ export class AlchemistPanel extends Widget {
   /** Fetch the job list now. Errors go to the message line and are rethrown for backoff. */
   async refresh(): Promise<void> {
     try {
-      const { jobs } = await api.listJobs();
+      const { jobs, next } = await api.listJobs();
+      if (this._older.length) {
+        // Jobs pushed off the newest page by new ones stay shown, with the older pages.
+        const kept = new Set(jobs.map(j => j.id));
+        this._older = mergePages(
+          this._jobs.filter(j => !kept.has(j.id)),
+          this._older
+        );
+      } else {
+        this._next = next ?? null;
+      }
       this._jobs = jobs;
       this._listMessage.clear();
       this._renderJobs();
@@ -169,6 +181,25 @@ export class AlchemistPanel extends Widget {
     } catch (error) {
       this._listMessage.error(messageOf(error));
       throw error;
+    }
+  }
+
+  /** Fetch the next page of older jobs ("Older jobs") and show it below the others. */
+  async loadOlder(): Promise<void> {
+    if (!this._next) {
+      return;
+    }
+    this._olderButton.disabled = true;
+    try {
+      const page = await api.listJobs('', this._next);
+      this._older = mergePages(this._older, page.jobs);
+      this._next = page.next ?? null;
+      this._listMessage.clear();
+      this._renderJobs();
+    } catch (error) {
+      this._listMessage.error(messageOf(error));
+    } finally {
+      this._olderButton.disabled = false;
     }
   }
 
@@ -462,8 +493,10 @@ export class AlchemistPanel extends Widget {
       jobsHeader,
       this._listMessage.node,
       this._list,
+      this._olderButton,
       this._pool
     );
+    this._olderButton.addEventListener('click', () => void this.loadOlder());
     // Elapsed times of running jobs tick between polls (text only: rows keep focus).
     this._clock = window.setInterval(() => {
       if (this.isVisible) {
@@ -488,7 +521,10 @@ export class AlchemistPanel extends Widget {
 
   private _renderJobs(): void {
     const now = Date.now() / 1000;
-    const jobs = filterAndSort(this._jobs, this._stateFilter.value);
+    const shown = mergePages(this._jobs, this._older);
+    const jobs = filterAndSort(shown, this._stateFilter.value);
+    // Not `hidden`: .jp-Button's own display rule would show it anyway.
+    this._olderButton.style.display = this._next ? '' : 'none';
     const rows = jobs.map(job => {
       const row = h(
         'li',
@@ -518,7 +554,7 @@ export class AlchemistPanel extends Widget {
         h(
           'li',
           { class: 'jp-Alchemist-empty' },
-          this._jobs.length ? 'No job in this state.' : 'No jobs yet.'
+          shown.length ? 'No job in this state.' : 'No jobs yet.'
         )
       );
     }
@@ -550,6 +586,19 @@ export class AlchemistPanel extends Widget {
   private _list = h('ul', { class: 'jp-Alchemist-jobs' });
   private _pool = h('div', { class: 'jp-Alchemist-pool' });
   private _jobs: IJob[] = [];
+  /** Older pages the user asked for, and the cursor of the next one (null: no more). */
+  private _older: IJob[] = [];
+  private _next: string | null = null;
+  private _olderButton = h(
+    'button',
+    {
+      class: 'jp-Button jp-mod-styled jp-Alchemist-older',
+      type: 'button',
+      title: 'Show the next page of older jobs',
+      style: 'display: none'
+    },
+    'Older jobs'
+  );
   private _poll: Poll;
   private _clock = 0;
 }
@@ -583,13 +632,23 @@ export class JobView extends Widget {
       const job = await api.getJob(this.jobId);
       this._job = job;
       this._renderHeader(job);
-      // Read the waiting metric events, a bounded page at a time (a few pages a poll).
-      for (let page = 0; page < 4; page++) {
-        const chunk = await api.metrics(this.jobId, this._metricsCursor);
-        this._metricsCursor = chunk.cursor;
-        this._series.add(chunk.events);
-        if (!chunk.more) {
-          break;
+      if (!this._summaryComplete) {
+        // The first view: the whole history downsampled from the summary the job keeps
+        // beside its metrics files (a few ms however long it has logged); asked again
+        // while the server has not caught up with the newest bytes.
+        const summary = await api.metricsSummary(this.jobId);
+        this._series.add(summaryEvents(summary));
+        this._metricsCursor = summary.cursor;
+        this._summaryComplete = summary.complete;
+      } else {
+        // Then the events logged since, a bounded page at a time (a few pages a poll).
+        for (let page = 0; page < 4; page++) {
+          const chunk = await api.metrics(this.jobId, this._metricsCursor);
+          this._metricsCursor = chunk.cursor;
+          this._series.add(chunk.events);
+          if (!chunk.more) {
+            break;
+          }
         }
       }
       if (this._series.metricNames().length) {
@@ -870,6 +929,7 @@ export class JobView extends Widget {
   private _job: IJob | undefined;
   private _poll: Poll;
   private _finalRead = false;
+  private _summaryComplete = false;
   private _metricsCursor: MetricsCursor = '';
   private _series = new MetricSeries();
   private _logs = new Map<number, LogBuffer>();

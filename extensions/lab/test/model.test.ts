@@ -22,6 +22,9 @@ import {
   formFieldOf,
   formatNumber,
   IFormSchema,
+  IMetricsSummary,
+  mergePages,
+  summaryEvents,
   IJobOption,
   optionsHint,
   parseOption,
@@ -487,5 +490,53 @@ describe('stall note and diagnosis', () => {
       [view.headline, view.ranks, view.groups, view.notes],
       ['job j1 succeeded', [], [], []]
     );
+  });
+});
+
+describe('older pages of the job list', () => {
+  it('shows each job once, the polled copy winning, newest first', () => {
+    const newest = [job('d', 4), job('c', 3, 'succeeded')];
+    // "c" was on the newest page when the older page was fetched, then pushed off it.
+    const older = [job('c', 3, 'running'), job('b', 2), job('a', 1)];
+    const merged = mergePages(newest, older);
+    assert.deepEqual(
+      merged.map(j => j.id),
+      ['d', 'c', 'b', 'a']
+    );
+    assert.equal(merged[1].state, 'succeeded');
+    assert.deepEqual(
+      filterAndSort(merged, 'running').map(j => j.id),
+      ['d', 'b', 'a']
+    );
+  });
+});
+
+describe('metrics summary', () => {
+  it('becomes events that draw every rank of every metric', () => {
+    const summary: IMetricsSummary = {
+      view: 'summary',
+      metrics: ['loss', 'lr'],
+      series: [
+        { metric: 'loss', rank: 0, count: 1000, steps: [0, 500, 999], values: [2, 1, 0.5] },
+        { metric: 'loss', rank: 1, count: 1000, steps: [0, 999], values: [2.1, 0.6] },
+        { metric: 'lr', rank: 0, count: 3, steps: [0, 1], values: [0.1, 0.05, 0.01] }
+      ],
+      cursor: 'x',
+      complete: true
+    };
+    const events = summaryEvents(summary);
+    assert.equal(events.length, 3 + 2 + 2); // a series' points are its shorter array
+    const series = new MetricSeries();
+    series.add(events);
+    assert.deepEqual(series.metricNames(), ['loss', 'lr']);
+    assert.deepEqual(series.ranks(), [0, 1]);
+    assert.deepEqual(series.aligned('loss'), [
+      [0, 500, 999],
+      [2, 1, 0.5],
+      [2.1, null, 0.6]
+    ]);
+    // Events read on from the cursor extend the same curves.
+    series.add([{ rank: 0, step: 1000, values: { loss: 0.4 } }]);
+    assert.equal(series.size('loss'), 4);
   });
 });

@@ -132,6 +132,7 @@ def run(smoke: bool) -> list[Series]:
     problems: list[str] = []
     cold: list[str] = []
     took: list[float] = []
+    restarts: list[str] = []
     wall0 = time.perf_counter()
     try:
         with jupyter_server(root) as (base, token):
@@ -139,11 +140,17 @@ def run(smoke: bool) -> list[Series]:
             first = run_one(base, token, -1)  # starts the pool
             if first[0] != "succeeded":
                 raise RuntimeError(f"the first job (it starts the pool) ended {first[0]}")
-            pool_pid = int(_call(base, token, "GET", "pool")["pid"])
+            pool_pid = first_pool = int(_call(base, token, "GET", "pool")["pid"])
             window: list[float] = []
             for done in range(n_jobs + 1):
                 if done in marks:
                     time.sleep(0.5)  # let the last job's processes be reaped
+                    now_pool = _call(base, token, "GET", "pool").get("pid")
+                    if now_pool and int(now_pool) != pool_pid:
+                        # A rebuilt pool (a package installed meanwhile changes the
+                        # environment's fingerprint): its jobs started cold; say so.
+                        restarts.append(f"{pool_pid} -> {now_pool} before job {done}")
+                        pool_pid = int(now_pool)
                     for prefix, pid in (("server", server), ("pool", pool_pid)):
                         fds, mb, procs = _tree(pid)
                         s[f"{prefix}_fds"].add(done, fds)
@@ -197,8 +204,10 @@ def run(smoke: bool) -> list[Series]:
         f"outcomes: {json.dumps(outcomes)}; failures: {failed}; cold starts: {len(cold)}"
         f"{' (' + ', '.join(cold[:5]) + ')' if cold else ''}; the pool served"
         f" {pool_after.get('served')} attempts and is pid {pool_after.get('pid')}"
-        f" (was {pool_pid})"
+        f" (was {first_pool})"
     )
+    if restarts:
+        s["turnaround"].notes.append(f"the warm pool was rebuilt: {'; '.join(restarts)}")
     s["turnaround"].notes.extend(problems[:10])
     s["server_fds"].notes.append(
         "sizes are jobs done after the first (which started the pool); the processes count"

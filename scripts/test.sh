@@ -17,16 +17,36 @@ echo "== pytest"
 # share one interpreter's global asyncio state. Extra arguments go to every run.
 mkdir -p test-output
 failed=()
+run_folder() {  # run_folder NAME [pytest args...]: one folder's pytest; 5 = none collected
+    local name="$1" status=0
+    shift
+    .venv/bin/python -m pytest "tests/$name/" --durations=10 \
+        --junitxml="test-output/junit-$name.xml" "$@" || status=$?
+    if [ "$status" = 5 ]; then status=0; fi  # a folder whose tests all need a real cluster
+    return "$status"
+}
+# The image builds (tests/images: minutes of buildah, mostly waiting on unpacking and
+# pip inside the image) run alongside the other folders, not after them; their output
+# is printed when they end.
+images_pid=""
+if [ -d tests/images ]; then
+    echo "== pytest tests/images/ (alongside the others; output in test-output/pytest-images.log)"
+    run_folder images "$@" > test-output/pytest-images.log 2>&1 &
+    images_pid=$!
+fi
 for dir in tests/*/; do
     name="$(basename "$dir")"
-    [ "$name" = "__pycache__" ] && continue
+    [ "$name" = "__pycache__" ] || [ "$name" = "images" ] && continue
     echo "== pytest $dir"
-    status=0
-    .venv/bin/python -m pytest "$dir" --durations=10 \
-        --junitxml="test-output/junit-$name.xml" "$@" || status=$?
-    # 5 = no tests collected (a folder whose tests all need a real cluster, say).
-    if [ "$status" != 0 ] && [ "$status" != 5 ]; then failed+=("$name"); fi
+    run_folder "$name" "$@" || failed+=("$name")
 done
+if [ -n "$images_pid" ]; then
+    status=0
+    wait "$images_pid" || status=$?
+    echo "== pytest tests/images/"
+    cat test-output/pytest-images.log
+    if [ "$status" != 0 ]; then failed+=("images"); fi
+fi
 if [ "${#failed[@]}" -gt 0 ]; then
     echo "== FAILED: ${failed[*]}"
     exit 1

@@ -35,7 +35,11 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="alchemist", description="Alchemist distributed training jobs")
     sub = p.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("submit", help="run a .py script or .ipynb notebook as a job")
+    s = sub.add_parser(
+        "submit",
+        help="run a .py script or .ipynb notebook as a job (the script's own arguments"
+        " after --, as under torchrun)",
+    )
     s.add_argument("file", type=Path)
     add_arguments(s, "cli")
     s.add_argument("--detach", action="store_true", help="print the job id and return")
@@ -101,8 +105,18 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _split_script_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``submit train.py -n 2 -- --lr 0.1``: the script's own arguments come after ``--``."""
+    if argv[:1] == ["submit"] and "--" in argv:
+        cut = argv.index("--")
+        return argv[:cut], argv[cut + 1 :]
+    return argv, []
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    ours, script_args = _split_script_args(list(sys.argv[1:] if argv is None else argv))
+    args = _parser().parse_args(ours)
+    args.script_args = script_args
     try:
         code = _run(args)
         sys.stdout.flush()  # inside the try: a reader that left is seen here
@@ -148,7 +162,9 @@ def _run(args: argparse.Namespace) -> int:
         options = options_from_args(args, "cli")
         if not options["name"]:
             del options["name"]  # the job is named after the file
-        result = client.submit(args.file, dry_run=args.dry_run, **options)
+        result = client.submit(
+            args.file, dry_run=args.dry_run, args=args.script_args or None, **options
+        )
         if args.dry_run:
             print(result.text)
             return 0

@@ -26,6 +26,7 @@ from alchemist.errors import (
     CursorError,
     JobNotFoundError,
     PermissionDeniedError,
+    SpecError,
 )
 from alchemist.jobdir import JobDir, atomic_write_json
 from alchemist.options import spec_from_options
@@ -341,6 +342,7 @@ def submit(
     *,
     namespace: dict[str, Any] | None = None,
     dry_run: bool = False,
+    args: list[str] | None = None,
     **options: Any,
 ) -> Any:
     """Run ``code`` as a distributed job.
@@ -352,6 +354,8 @@ def submit(
         namespace: where a cell's free names are looked up; default: the IPython user
             namespace when called from a notebook.
         dry_run: return a :class:`DryRun` describing exactly what would run; submit nothing.
+        args: a ``.py`` script's command-line arguments: its ``sys.argv`` is the script's
+            name and these, as under torchrun (``alchemist submit train.py -- ARGS``).
         **options: the job options, as for :func:`make_spec` (the table in
             :mod:`alchemist.options`: ``workers``, ``gpus_per_worker``, ``backend``,
             ``name``, ``max_restarts``, ``timeout``, ``env``, ``outputs``, ``algorithm``,
@@ -375,6 +379,8 @@ def submit(
         entry, function = "function", code
     elif isinstance(code, Path):
         source, entry = source_of(code)
+        if args and code.suffix != ".py":
+            raise SpecError(f"arguments after -- are for a .py script, not {code.name}")
         options.setdefault("name", _safe_name(code.stem))
         ns, cwd = {}, str(code.resolve().parent)
     else:
@@ -411,6 +417,10 @@ def submit(
         atomic_write_json(job_dir.spec, spec.to_dict())
         try:
             write_bundle(bundle, job_dir.bundle)
+            if isinstance(code, Path) and code.suffix == ".py":
+                from alchemist.integrations.torchrun import write_argv
+
+                write_argv(job_dir.bundle, code.name, list(args or []))
         except BaseException:
             shutil.rmtree(job_dir.root, ignore_errors=True)  # not a job: nothing submitted
             raise

@@ -56,3 +56,8 @@ class HubConfigError(AlchemistError, ValueError):
 class CheckpointError(AlchemistError):
     """A checkpoint cannot be loaded as asked (the message names the file, what stopped
     the load and the fix)."""
+
+
+class IntegrationError(AlchemistError):
+    """A training library is used in a job in a way that cannot work there (a second
+    launcher, a device count that is not the job's): the message says what to change."""

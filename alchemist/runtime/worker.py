@@ -225,6 +225,15 @@ def main(argv: list[str]) -> int:
 
         enter_workspace(job_dir.bundle)  # paths first: unpickling may import model.py
         source, ns, manifest = load_bundle(job_dir.bundle)
+        # Lightning, Accelerate, Transformers and torchrun scripts as they are: the
+        # library hooks (applied when the code imports a library) and a script's argv.
+        from alchemist import integrations
+        from alchemist.integrations import torchrun
+
+        integrations.install()
+        script = torchrun.set_argv(job_dir.bundle)
+        if script is not None:
+            ns.setdefault("__file__", os.path.abspath(script))
         code = compile(source, "<cell>" if manifest["entry"] == "cell" else "<script>", "exec")
         exec(code, ns)
         # Close what the algorithms keep open (a last BMUF block, the async/EASGD

@@ -82,12 +82,16 @@ def assert_all_succeeded(expected: int) -> None:
 
 @pytest.mark.slow
 def test_algorithms_notebook_runs_each_algorithm_as_a_job_and_plots(tmp_path: Path) -> None:
+    data_file = tmp_path / "02.json"
     nb, runs = run_notebook(
         NOTEBOOKS / "02_algorithms.ipynb",
         'ALGORITHMS = ["sync", "async", "bmuf", "easgd", "horovod"]\n'
-        "EPOCHS = 2\nSEEDS = [0]\nEVAL_EVERY = 5\nPUSH_DELAYS = [0, 2]\n"
-        'WORKER_COUNTS = [1, 2]\nSCALING_ALGORITHMS = ["sync", "async"]\nSCALING_SEEDS = [0]',
-        'runs.to_dict("records")',
+        "EPOCHS = 2\nSEEDS = [0]\nEVAL_EVERY = 5\n"
+        'WORKER_COUNTS = [1, 2]\nSCALING_ALGORITHMS = ["sync", "async"]\nSCALING_SEEDS = [0]\n'
+        "SIM_WORKERS = [1, 4]\nSIM_LR_FACTORS = [1.0]\nSIM_MOMENTA = [0.9]\n"
+        "SIM_TUNE_SEEDS = [100]\nSIM_SEEDS = [0, 1]\nSIM_EPOCHS = 2\nTARGET = 0.8\n"
+        f"BOOTSTRAP = 100\nDATA_FILE = {str(data_file)!r}",
+        'runs.drop(columns=["correct", "per_rank"]).to_dict("records")',
         tmp_path,
     )
     shown = text_of(nb)
@@ -97,13 +101,13 @@ def test_algorithms_notebook_runs_each_algorithm_as_a_job_and_plots(tmp_path: Pa
         assert re.search(rf"^{name} +seed 0  job j\w+ succeeded in", shown, re.M), shown
     if not HAVE_HOROVOD:
         assert "horovod  skipped: Horovod cannot run here" in shown
-    assert re.search(r"^async, push delay  2, seed 0  job j\w+ succeeded in", shown, re.M)
     for line in ("sync     x1", "sync     x2", "async    x2"):  # the throughput sweep
         assert re.search(rf"^{line} seed 0  job j\w+ succeeded in", shown, re.M), shown
-    assert_all_succeeded(len(trained) + 1 + 3)
-    assert len(pngs(nb)) == 2  # accuracy against examples and time; staleness and scaling
+    assert_all_succeeded(len(trained) + 3)
+    assert len(pngs(nb)) == 2  # accuracy against examples and time; workers (sim and real)
     assert "final test accuracy" in shown and "examples/s, all ranks" in shown
-    assert "scaling efficiency" in shown
+    assert "scaling efficiency" in shown and "validation (" in shown
+    assert re.search(r"measured at 2 workers: compute [0-9.]+ ms a step", shown), shown
 
     assert [r["algorithm"] for r in runs] == trained
     steps = 2 * ((1437 + 1) // 2 // 32)  # 2 epochs of 719 samples a rank, batch 32
@@ -113,6 +117,35 @@ def test_algorithms_notebook_runs_each_algorithm_as_a_job_and_plots(tmp_path: Pa
         assert r["examples_per_s"] > 0 and r["train_seconds"] > 0, r
     (async_run,) = [r for r in runs if r["algorithm"] == "async"]
     assert 0 <= async_run["staleness"] < 10  # measured, and small with 2 workers
+
+    # the data file: every run, its per-image answers, the simulator, the provenance
+    data = json.loads(data_file.read_text())
+    assert {
+        "provenance",
+        "parameters",
+        "jobs",
+        "scaling",
+        "validation",
+        "sim_runs",
+        "sim_table",
+    } <= set(data)
+    assert data["provenance"]["commit"] and data["provenance"]["cpu"]
+    assert data["provenance"]["packages"]["torch"]
+    assert len(data["jobs"]) == len(trained) and len(data["jobs"][0]["correct"]) == 360
+    assert {(v["algorithm"], v["workers"]) for v in data["validation"]} == {
+        ("async", 2),
+        ("sync", 2),
+    }
+    assert len(data["sim_runs"]) == 3 * 2 * 2  # 3 arms x 2 worker counts x 2 seeds
+    for r in data["sim_table"]:
+        acc = r["accuracy"]
+        assert acc["lo"] <= acc["value"] <= acc["hi"], r
+    # the conclusion is generated from the data file, with its intervals
+    (conclusion,) = [c for c in nb.cells if "conclusion" in c.metadata.get("tags", [])]
+    md = "".join(o["data"]["text/markdown"] for o in conclusion.outputs if "data" in o)
+    assert "Accuracy at 2 workers" in md and "The simulator against the real jobs" in md
+    number = r"[+-]\d+\.\d\d"
+    assert re.search(rf"async minus sync is {number} \[{number}, {number}\] points", md), md
 
 
 @pytest.mark.slow

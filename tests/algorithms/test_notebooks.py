@@ -150,6 +150,7 @@ def test_algorithms_notebook_runs_each_algorithm_as_a_job_and_plots(tmp_path: Pa
 
 @pytest.mark.slow
 def test_large_batch_notebook_sweeps_checks_a_job_and_plots(tmp_path: Path) -> None:
+    data_file = tmp_path / "03.json"
     nb, report = run_notebook(
         NOTEBOOKS / "03_large_batch.ipynb",
         "SEEDS = [0, 1]\nTEACHER_TRAIN = 4096\nTEACHER_EVAL = 1000\nBUDGET = 2**13\n"
@@ -157,7 +158,9 @@ def test_large_batch_notebook_sweeps_checks_a_job_and_plots(tmp_path: Path) -> N
         "EVAL_POINTS = 6\nDIGITS_BUDGET = 2**11\nDIGITS_BATCHES = [16, 128]\n"
         "DIGITS_REFERENCE_LRS = [0.2, 0.1]\nABLATION_BATCH = 1024\n"
         "WARMUP_FRACTIONS = [0, 1 / 4]\nLARS_LRS = [16, 32]\nLAMB_LRS = [0.04, 0.08]\n"
-        "CHECK_BATCH = 256\nCHECK_BUDGET = 2**11",
+        "CHECK_BATCH = 256\nCHECK_BUDGET = 2**11\nSMALL_BATCH = 256\nLARS_SMALL_LRS = [8]\n"
+        "LAMB_SMALL_LRS = [0.02]\nEXTRA_BATCHES = [32, 256]\nEXTRA_LR_POINTS = 2\n"
+        f"NOISE_SCALE_DRAWS = 4\nNOISE_SCALE_AT = [0.0, 1.0]\nDATA_FILE = {str(data_file)!r}",
         '{"table": teacher_table.to_dict("records"), "knee": int(teacher_knee),'
         ' "lr0": float(teacher_lr0), "check": check, "arms": list(ablation.arm),'
         ' "digits": digits_table.batch.tolist()}',
@@ -187,9 +190,28 @@ def test_large_batch_notebook_sweeps_checks_a_job_and_plots(tmp_path: Path) -> N
     assert report["arms"] == [
         "SGD, warmup 0 steps",
         "SGD, warmup 2 steps",
+        "SGD + weight decay 0.0005",
         "LARS",
         "LARS + warmup 1 steps",
         "LAMB",
         "LAMB + warmup 1 steps",
         "LAMB, no trust ratio",
+        "LARS, no weight decay",
+        "LAMB, no weight decay",
     ]
+    # the data file: every run, the knee by tolerance, the noise scale, the provenance
+    data = json.loads(data_file.read_text())
+    assert {"provenance", "parameters", "runs", "knee", "noise_scale", "ablation", "drops"} <= set(data)
+    assert data["provenance"]["commit"] and data["provenance"]["packages"]["torch"]
+    assert len(data["runs"]) == 4  # main, clean labels, smaller budget, digits
+    for name, k in data["knee"].items():
+        assert set(k["knee_by_tolerance"]) == {"0.005", "0.01", "0.02"}, name
+        knees = list(k["knee_by_tolerance"].values())
+        assert knees == sorted(knees), k  # a larger tolerance never gives a smaller knee
+        assert k["linear_last_ok"] in (16, 32, 128, 256, 1024), k
+    for rs in data["noise_scale"].values():
+        assert [r["fraction"] for r in rs] == [0.0, 1.0]
+    (conclusion,) = [c for c in nb.cells if "conclusion" in c.metadata.get("tags", [])]
+    md = "".join(o["data"]["text/markdown"] for o in conclusion.outputs if "data" in o)
+    assert "Headline: the linear scaling rule breaks down between batch" in md, md
+    assert "The knee's sensitivity" in md and "Noise scale" in md and "Welch p" in md, md

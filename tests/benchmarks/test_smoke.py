@@ -40,6 +40,7 @@ def test_every_benchmark_has_a_smoke_test() -> None:
         "diagnose.py",
         "interactive.py",
         "scale.py",
+        "notebook_launchers.py",
     }
     assert {p.name for p in BENCHMARKS.glob("*.py")} == tested
 
@@ -130,3 +131,15 @@ def test_scale_smoke_runs_every_part_and_prints_the_growth_table() -> None:
         "job processes left (supervisors, ranks)",
     ):
         assert re.search(rf"^\| {re.escape(cost)}.* \| -?[0-9.]+ \|", out, re.M), (cost, out)
+
+
+def test_notebook_launchers_smoke_runs_every_arm() -> None:
+    out = _smoke("notebook_launchers.py", timeout=400)
+    for lib, launcher in (("accelerate", "notebook_launcher"), ("lightning", "ddp_notebook")):
+        for arm in ("cold", "warm", "preload"):
+            assert f"ratio {lib} alchemist {arm} / {launcher}: time to first step" in out, out
+    rows = [ln.split() for ln in out.splitlines() if ln.startswith(("accelerate ", "lightning "))]
+    # Every arm ran (a failure would be counted in the last column, not crash the run),
+    # and every Alchemist arm left a loss curve in its job's metrics.
+    assert len(rows) == 8 and all(row[-1] == "0" for row in rows), out
+    assert all(int(row[-2]) > 0 for row in rows if row[1] == "alchemist"), out

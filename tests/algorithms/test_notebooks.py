@@ -201,7 +201,9 @@ def test_large_batch_notebook_sweeps_checks_a_job_and_plots(tmp_path: Path) -> N
     ]
     # the data file: every run, the knee by tolerance, the noise scale, the provenance
     data = json.loads(data_file.read_text())
-    assert {"provenance", "parameters", "runs", "knee", "noise_scale", "ablation", "drops"} <= set(data)
+    assert {"provenance", "parameters", "runs", "knee", "noise_scale", "ablation", "drops"} <= set(
+        data
+    )
     assert data["provenance"]["commit"] and data["provenance"]["packages"]["torch"]
     assert len(data["runs"]) == 4  # main, clean labels, smaller budget, digits
     for name, k in data["knee"].items():

@@ -114,13 +114,25 @@ def run_plain(workdir: Path, steps: int) -> tuple[float, float]:
 
 
 def run_alchemist(workdir: Path, steps: int, warm: bool = False) -> tuple[float, float]:
-    import alchemist
 
     mark = workdir / "alchemist.mark"
     mark.unlink(missing_ok=True)
     cell = TRAIN.format(steps=steps, mark=str(mark), setup=ALCHEMIST_SETUP)
+    _, t0, wall = submit_and_wait(cell, "bench", warm)
+    return wall, float(mark.read_text()) - t0
+
+
+def submit_and_wait(cell: str, name: str, warm: bool) -> tuple[Any, float, float]:
+    """Run ``cell`` as a 2-worker job to its end: ``(job, t0, wall)``, ``t0`` the
+    ``time.time()`` just before the submit.
+
+    Raises:
+        RunFailed: the job did not succeed, or did not start as asked (warm or cold).
+    """
+    import alchemist
+
     t0 = time.time()
-    job = alchemist.submit(cell, namespace={}, workers=2, name="bench", no_warm=not warm)
+    job = alchemist.submit(cell, namespace={}, workers=2, name=name, no_warm=not warm)
     status = job.wait(poll=0.02)
     wall = time.time() - t0
     if status.state.value != "succeeded":
@@ -128,7 +140,7 @@ def run_alchemist(workdir: Path, steps: int, warm: bool = False) -> tuple[float,
     started = "warm" if "warm start:" in job.job_dir.launcher_log.read_text() else "cold"
     if started != ("warm" if warm else "cold"):
         raise RunFailed(f"job {job.id} started {started}, not {'warm' if warm else 'cold'}")
-    return wall, float(mark.read_text()) - t0
+    return job, t0, wall
 
 
 def run_warm(workdir: Path, steps: int) -> tuple[float, float]:

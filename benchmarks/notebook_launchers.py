@@ -35,8 +35,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from launch_overhead import RunFailed, submit_and_wait
 
 MODEL = """
 import json, time, torch
@@ -159,10 +160,6 @@ GIVES = {
 }
 
 
-class RunFailed(Exception):
-    """One run of an arm failed; the message says how."""
-
-
 def _mark(path: Path, t0: float) -> tuple[float, float]:
     """(time to first step, steps/s) from rank 0's mark file."""
     try:
@@ -205,21 +202,12 @@ def run_launcher(workdir: Path, library: str, steps: int) -> dict[str, float]:
 
 
 def run_alchemist(workdir: Path, library: str, steps: int, warm: bool) -> dict[str, float]:
-    import alchemist
 
     mark = workdir / f"{library}-alchemist.mark"
     mark.unlink(missing_ok=True)
     train, call = CELLS[library]
     cell = f"{train}\nSTEPS, MARK = {steps}, {str(mark)!r}\n{call}\n"
-    t0 = time.time()
-    job = alchemist.submit(cell, namespace={}, workers=2, name=f"bench-{library}", no_warm=not warm)
-    status = job.wait(poll=0.02)
-    wall = time.time() - t0
-    if status.state.value != "succeeded":
-        raise RunFailed(f"job {job.id} {status.state.value}: {status.reason}")
-    started = "warm" if "warm start:" in job.job_dir.launcher_log.read_text() else "cold"
-    if started != ("warm" if warm else "cold"):
-        raise RunFailed(f"job {job.id} started {started}, not {'warm' if warm else 'cold'}")
+    job, t0, wall = submit_and_wait(cell, f"bench-{library}", warm)
     first, rate = _mark(mark, t0)
     curves = sum(1 for e in job.metrics() if e["rank"] == 0 and "loss" in e["values"])
     if curves == 0:

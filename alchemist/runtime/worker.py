@@ -275,10 +275,9 @@ def main(argv: list[str]) -> int:
     outcomes.record(job_dir, rank, attempt, status)
     if status == 0:
         try:
-            import torch.distributed as dist
+            from alchemist.integrations import torchrun
 
-            if dist.is_initialized():
-                dist.destroy_process_group()
+            torchrun.destroy()
         except Exception:
             pass
     print(

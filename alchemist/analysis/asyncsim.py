@@ -42,6 +42,13 @@ class Timing:
         apply_s: the server's time to apply one gradient (it applies one at a time).
         alpha_s: latency of one message of the ring all-reduce (sync).
         beta_s_per_byte: inverse bandwidth of the all-reduce (sync).
+        worker_compute_s: measured, one per worker: each worker's own mean compute time
+            (in place of ``compute_s`` and the drawn ``worker_cv`` speeds). On a real
+            machine the workers differ systematically, not at random: the worker that
+            hosts the parameter server (rank 0) exchanges faster and finishes first, and
+            the others then train with one fewer peer, at lower staleness.
+        worker_step_cv: measured, one per worker: each one's step-to-step CV.
+        worker_exchange_s: measured, one per worker: each one's push plus pull.
     """
 
     compute_s: float
@@ -52,6 +59,36 @@ class Timing:
     apply_s: float = 0.0
     alpha_s: float = 0.0
     beta_s_per_byte: float = 0.0
+    worker_compute_s: tuple[float, ...] = ()
+    worker_step_cv: tuple[float, ...] = ()
+    worker_exchange_s: tuple[float, ...] = ()
+
+    def per_worker(
+        self, workers: int, rng: np.random.Generator
+    ) -> list[tuple[float, float, float, float]]:
+        """(mean compute, step CV, push, pull) of each of ``workers`` workers: the measured
+        ones where given (their number must be ``workers``; the exchange is split evenly
+        into push and pull), else drawn speeds around ``compute_s`` and the shared push
+        and pull."""
+        given = [
+            t for t in (self.worker_compute_s, self.worker_step_cv, self.worker_exchange_s) if t
+        ]
+        if not given:
+            speed = _lognormal(rng, 1.0, self.worker_cv, workers)
+            return [
+                (self.compute_s * float(f), self.step_cv, self.push_s, self.pull_s) for f in speed
+            ]
+        if len(given) != 3 or any(len(t) != workers for t in given):
+            raise ValueError(
+                f"worker_compute_s, worker_step_cv and worker_exchange_s must all be given,"
+                f" one per worker ({workers})"
+            )
+        return [
+            (c, cv, x / 2, x / 2)
+            for c, cv, x in zip(
+                self.worker_compute_s, self.worker_step_cv, self.worker_exchange_s, strict=True
+            )
+        ]
 
     def allreduce_s(self, workers: int, nbytes: int) -> float:
         """Ring all-reduce of ``nbytes`` over ``workers`` (0 for one worker)."""
@@ -217,7 +254,7 @@ def simulate(
     w = model.init(seed)
     v = np.zeros_like(w)
     rng = np.random.default_rng(seed + 7919)
-    speed = _lognormal(rng, 1.0, timing.worker_cv, workers)  # each worker's mean factor
+    each = timing.per_worker(workers, rng)  # (mean compute, step CV, push, pull) per worker
     shards = _shards(len(X), workers, epochs, batch, seed)
     res = SimResult(algorithm, workers)
 
@@ -229,7 +266,7 @@ def simulate(
         return bool(np.isfinite(w).all())
 
     def compute_time(r: int) -> float:
-        return float(_lognormal(rng, timing.compute_s * speed[r], timing.step_cv)[0])
+        return float(_lognormal(rng, each[r][0], each[r][1])[0])
 
     check(0.0, 0)
     if algorithm == "sync":
@@ -269,7 +306,7 @@ def simulate(
         if shards[r]:
             idx = shards[r][0]
             cursor[r] = 1
-            arrive = compute_time(r) + timing.push_s
+            arrive = compute_time(r) + each[r][2]
             heapq.heappush(pending, (arrive, order, r, version, model.grad(w, X[idx], y[idx])))
             order += 1
     t = 0.0
@@ -295,11 +332,11 @@ def simulate(
         if cursor[r] < len(shards[r]):  # the worker gets the new parameters, goes on
             idx = shards[r][cursor[r]]
             cursor[r] += 1
-            back = done + timing.pull_s
-            arrive = back + compute_time(r) + timing.push_s
+            back = done + each[r][3]
+            arrive = back + compute_time(r) + each[r][2]
             heapq.heappush(pending, (arrive, order, r, version, model.grad(w, X[idx], y[idx])))
             order += 1
-    res.total_s = t + timing.pull_s
+    res.total_s = t + (each[r][3] if res.updates else 0.0)  # the last pull
     res.mean_staleness = staleness_sum / max(1, res.updates)
     if res.examples[-1] != res.updates * batch:
         check(t, res.updates * batch)

@@ -1,10 +1,12 @@
-"""What the library hooks share: the job's shape and the forwarding of metrics."""
+"""What the library hooks share: the job's shape, the forwarding of metrics, the wrapping
+of a library's method and the classes made only once the library is imported."""
 
 from __future__ import annotations
 
 import math
 import numbers
 import os
+from collections.abc import Callable
 from typing import Any
 
 
@@ -47,3 +49,35 @@ def forward(step: int, values: dict[str, Any]) -> None:
         from alchemist.runtime.helpers import log
 
         log(int(step), **found)
+
+
+def wrap_method(cls: type, name: str, make: Callable[[Any], Any]) -> None:
+    """Replace ``cls.<name>`` by ``make(original)``, once: the wrapper is marked, keeps the
+    original's docstring and has it as ``__wrapped__``."""
+    original = getattr(cls, name)
+    if getattr(original, "_alchemist", False):
+        return
+    wrapper = make(original)
+    wrapper._alchemist = True
+    wrapper.__wrapped__ = original
+    wrapper.__doc__ = original.__doc__
+    setattr(cls, name, wrapper)
+
+
+class LazyClass:
+    """A class made on first use: its base comes from a library that is imported only
+    then (so that alchemist imports without the library)."""
+
+    def __init__(self, make: Callable[[], type]) -> None:
+        self._make = make
+        self._cls: type | None = None
+
+    def new(self) -> Any:
+        """A new instance (the class is made the first time)."""
+        if self._cls is None:
+            self._cls = self._make()
+        return self._cls()
+
+    def made(self, obj: Any) -> bool:
+        """Whether ``obj`` is an instance of the class (False before it is made)."""
+        return self._cls is not None and isinstance(obj, self._cls)

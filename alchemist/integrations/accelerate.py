@@ -25,19 +25,20 @@ _auto_steps = itertools.count()
 def patch_accelerator(module: ModuleType) -> None:
     """Wrap ``accelerate.accelerator.Accelerator.log`` to forward to ``alchemist.log``."""
     cls = getattr(module, "Accelerator", None)
-    if cls is None or getattr(cls.log, "_alchemist", False):
+    if cls is None:
         return
-    original = cls.log
 
-    def log(self: Any, values: dict[str, Any], step: int | None = None, *a: Any, **kw: Any) -> Any:
-        if _common.in_job():
-            _common.forward(next(_auto_steps) if step is None else step, dict(values))
-        return original(self, values, step, *a, **kw)
+    def make(original: Any) -> Any:
+        def log(
+            self: Any, values: dict[str, Any], step: int | None = None, *a: Any, **kw: Any
+        ) -> Any:
+            if _common.in_job():
+                _common.forward(next(_auto_steps) if step is None else step, dict(values))
+            return original(self, values, step, *a, **kw)
 
-    log._alchemist = True  # type: ignore[attr-defined]
-    log.__wrapped__ = original  # type: ignore[attr-defined]
-    log.__doc__ = original.__doc__
-    cls.log = log
+        return log
+
+    _common.wrap_method(cls, "log", make)
 
 
 def _refuse_notebook_launcher(function: Any, args: tuple[Any, ...] = (), *a: Any, **kw: Any) -> Any:

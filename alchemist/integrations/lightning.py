@@ -72,19 +72,12 @@ def _make_logger_class() -> type:
     return AlchemistLogger
 
 
-_logger_class: type | None = None
+_logger = _common.LazyClass(_make_logger_class)
 
 
 def AlchemistLogger() -> Any:
     """A new Lightning logger forwarding to ``alchemist.log`` (see the module docstring)."""
-    global _logger_class
-    if _logger_class is None:
-        _logger_class = _make_logger_class()
-    return _logger_class()
-
-
-def _is_alchemist_logger(logger: Any) -> bool:
-    return _logger_class is not None and isinstance(logger, _logger_class)
+    return _logger.new()
 
 
 def _strategy_name(strategy: Any) -> str:
@@ -132,19 +125,18 @@ def patch(module: ModuleType) -> None:
     """Wrap ``module.Trainer.__init__`` (``lightning.pytorch.trainer.trainer`` or
     ``pytorch_lightning.trainer.trainer``) as the module docstring says; idempotent."""
     trainer_cls = getattr(module, "Trainer", None)
-    if trainer_cls is None or getattr(trainer_cls.__init__, "_alchemist", False):
+    if trainer_cls is None:
         return
-    original = trainer_cls.__init__
 
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        if not _common.in_job():
-            original(self, *args, **kwargs)
-            return
-        original(self, *args, **check_and_adjust(kwargs))
-        if not any(_is_alchemist_logger(lg) for lg in self.loggers):
-            self.loggers = [*self.loggers, AlchemistLogger()]
+    def make(original: Any) -> Any:
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            if not _common.in_job():
+                original(self, *args, **kwargs)
+                return
+            original(self, *args, **check_and_adjust(kwargs))
+            if not any(_logger.made(lg) for lg in self.loggers):
+                self.loggers = [*self.loggers, AlchemistLogger()]
 
-    __init__._alchemist = True  # type: ignore[attr-defined]
-    __init__.__wrapped__ = original  # type: ignore[attr-defined]
-    __init__.__doc__ = original.__doc__
-    trainer_cls.__init__ = __init__
+        return __init__
+
+    _common.wrap_method(trainer_cls, "__init__", make)

@@ -14,8 +14,6 @@ from typing import Any
 
 from alchemist.integrations import _common
 
-_callback_class: type | None = None
-
 
 def _make_callback_class() -> type:
     from transformers import TrainerCallback
@@ -30,32 +28,29 @@ def _make_callback_class() -> type:
     return AlchemistCallback
 
 
+_callback = _common.LazyClass(_make_callback_class)
+
+
 def AlchemistCallback() -> Any:
     """A new ``TrainerCallback`` forwarding the trainer's logs to ``alchemist.log``."""
-    global _callback_class
-    if _callback_class is None:
-        _callback_class = _make_callback_class()
-    return _callback_class()
+    return _callback.new()
 
 
 def patch(module: ModuleType) -> None:
     """Wrap ``transformers.trainer.Trainer.__init__`` to add the callback in a job."""
     trainer_cls = getattr(module, "Trainer", None)
-    if trainer_cls is None or getattr(trainer_cls.__init__, "_alchemist", False):
+    if trainer_cls is None:
         return
-    original = trainer_cls.__init__
 
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        if not _common.in_job():
-            return
-        handlers = getattr(getattr(self, "callback_handler", None), "callbacks", [])
-        if not any(
-            _callback_class is not None and isinstance(h, _callback_class) for h in handlers
-        ):
-            self.add_callback(AlchemistCallback())
+    def make(original: Any) -> Any:
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            original(self, *args, **kwargs)
+            if not _common.in_job():
+                return
+            handlers = getattr(getattr(self, "callback_handler", None), "callbacks", [])
+            if not any(_callback.made(h) for h in handlers):
+                self.add_callback(AlchemistCallback())
 
-    __init__._alchemist = True  # type: ignore[attr-defined]
-    __init__.__wrapped__ = original  # type: ignore[attr-defined]
-    __init__.__doc__ = original.__doc__
-    trainer_cls.__init__ = __init__
+        return __init__
+
+    _common.wrap_method(trainer_cls, "__init__", make)

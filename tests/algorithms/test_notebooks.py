@@ -90,6 +90,7 @@ def test_algorithms_notebook_runs_each_algorithm_as_a_job_and_plots(tmp_path: Pa
         'WORKER_COUNTS = [1, 2]\nSCALING_ALGORITHMS = ["sync", "async"]\nSCALING_SEEDS = [0]\n'
         "SIM_WORKERS = [1, 4]\nSIM_LR_FACTORS = [1.0]\nSIM_MOMENTA = [0.9]\n"
         "SIM_TUNE_SEEDS = [100]\nSIM_SEEDS = [0, 1]\nSIM_EPOCHS = 2\nTARGET = 0.8\n"
+        "VALIDATION_LRS = [0.025, LR]\n"
         f"BOOTSTRAP = 100\nDATA_FILE = {str(data_file)!r}",
         'runs.drop(columns=["correct", "per_rank"]).to_dict("records")',
         tmp_path,
@@ -101,9 +102,10 @@ def test_algorithms_notebook_runs_each_algorithm_as_a_job_and_plots(tmp_path: Pa
         assert re.search(rf"^{name} +seed 0  job j\w+ succeeded in", shown, re.M), shown
     if not HAVE_HOROVOD:
         assert "horovod  skipped: Horovod cannot run here" in shown
-    for line in ("sync     x1", "sync     x2", "async    x2"):  # the throughput sweep
+    # the throughput sweep, then the validation's real async job at its other rate
+    for line in ("sync     x1", "sync     x2", "async    x2", "async    x2 lr 0.025"):
         assert re.search(rf"^{line} seed 0  job j\w+ succeeded in", shown, re.M), shown
-    assert_all_succeeded(len(trained) + 3)
+    assert_all_succeeded(len(trained) + 4)
     assert len(pngs(nb)) == 2  # accuracy against examples and time; workers (sim and real)
     assert "final test accuracy" in shown and "examples/s, all ranks" in shown
     assert "scaling efficiency" in shown and "validation (" in shown
@@ -205,7 +207,7 @@ def test_large_batch_notebook_sweeps_checks_a_job_and_plots(tmp_path: Path) -> N
         data
     )
     assert data["provenance"]["commit"] and data["provenance"]["packages"]["torch"]
-    assert len(data["runs"]) == 4  # main, clean labels, smaller budget, digits
+    assert len(data["runs"]) == 5  # main, clean labels, smaller budget, both changed, digits
     for name, k in data["knee"].items():
         assert set(k["knee_by_tolerance"]) == {"0.005", "0.01", "0.02"}, name
         knees = list(k["knee_by_tolerance"].values())

@@ -19,6 +19,7 @@ It imports neither torch nor the job store: the supervisor uses it.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import time
@@ -81,6 +82,32 @@ def work_finished(job_dir: JobDir, world_size: int) -> bool:
         (o := outcomes.get(rank)) is not None and o.attempt == attempt and o.status == 0
         for rank in range(world_size)
     )
+
+
+#: Seconds the ranks may spend in teardown (interpreter exit, atexit handlers, the process
+#: group's destruction) once every rank has recorded that its code finished; then those
+#: still running are stopped and the job succeeds (``ALCHEMIST_TEARDOWN_S`` sets it).
+TEARDOWN_S = 60.0
+
+
+def teardown_s() -> float:
+    raw = os.environ.get("ALCHEMIST_TEARDOWN_S", "")
+    try:
+        return max(0.0, float(raw)) if raw.strip() else TEARDOWN_S
+    except ValueError:
+        return TEARDOWN_S
+
+
+def teardown_overdue(job_dir: JobDir, world_size: int, now: float | None = None) -> float | None:
+    """Seconds since the last rank recorded that its code finished, when every rank's code
+    finished (status 0, latest attempt) more than :func:`teardown_s` ago; else None."""
+    outcomes = read(job_dir)
+    attempt = latest_attempt(job_dir, outcomes)
+    mine = [outcomes.get(rank) for rank in range(world_size)]
+    if not world_size or any(o is None or o.attempt != attempt or o.status != 0 for o in mine):
+        return None
+    since = (time.time() if now is None else now) - max(o.time for o in mine if o is not None)
+    return since if since > teardown_s() else None
 
 
 # torchrun's closing report names the "first observed failure":

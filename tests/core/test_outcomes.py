@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from alchemist import client, outcomes
 from alchemist.jobdir import JobDir
@@ -178,6 +179,29 @@ def test_a_rank_aborting_in_teardown_after_its_work_does_not_fail_the_job() -> N
     assert status.state == JobState.SUCCEEDED, (status.reason, job.logs())
     assert job.outputs() == {"x": 42}
     assert "after every rank's code had finished" in job.job_dir.launcher_log.read_text()
+
+
+@pytest.mark.parametrize("no_warm", [False, True], ids=["warm", "cold"])
+def test_a_rank_stuck_in_teardown_after_its_work_is_stopped_and_the_job_succeeds(
+    no_warm: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank whose code finished but whose exit never ends (an atexit handler, or the
+    process group's destruction, that blocks) would hold the job as running for ever: it
+    is stopped once the teardown bound has passed, and the finished work succeeds."""
+    monkeypatch.setenv("ALCHEMIST_TEARDOWN_S", "2")
+    cell = (
+        "import atexit, time, torch.distributed as dist\n"
+        "x = 42\n"
+        "if dist.get_rank() == 1:\n"
+        "    atexit.register(time.sleep, 3600)  # blocks in teardown\n"
+    )
+    job = client.submit(cell, namespace={}, workers=2, outputs=["x"], no_warm=no_warm)
+    status = job.wait(timeout=120)
+    assert status.state == JobState.SUCCEEDED, (status.reason, job.logs())
+    assert job.outputs() == {"x": 42}
+    log = job.job_dir.launcher_log.read_text()
+    assert "still in teardown" in log and "stopping them" in log, log
+    # and no rank is left running: the autouse fixture of tests/conftest.py checks it
 
 
 def test_a_killed_rank_is_named_with_how_it_died() -> None:

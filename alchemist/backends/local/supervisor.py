@@ -158,17 +158,30 @@ def _run(
     cancelled = False
     restarting: int | None = None
     max_restarts = int(request.get("max_restarts") or 0)
+    world = int(request.get("world_size") or 0)
+    look = time.time() + 1.0  # when to look for ranks stuck in teardown next
     while True:
         try:
             rc = proc.wait(timeout=0.2)
             break
         except subprocess.TimeoutExpired:
             pass
+        late = None
+        if time.time() >= look:
+            look = time.time() + 1.0
+            late = outcomes.teardown_overdue(job_dir, world)
         if cancelled_() or (job_dir.root / CANCEL_MARKER).exists():
             cancelled = True
             reason = "cancelled by the user"
         elif timeout and time.time() - started > timeout:
             reason = f"timed out after {timeout:g} s (--timeout)"
+        elif late is not None:
+            print(
+                f"[alchemist] every rank's code finished {late:.0f} s ago, but the ranks"
+                " are still in teardown (interpreter exit, atexit handlers, the process"
+                " group); stopping them",
+                flush=True,
+            )
         else:
             restarting = _show_restart(job_dir, max_restarts, restarting)
             continue
@@ -182,7 +195,7 @@ def _run(
         return {"state": "cancelled", "reason": reason, "exit_code": rc}
     if reason:
         return {"state": "failed", "reason": reason, "exit_code": rc}
-    if rc == 0 or outcomes.work_finished(job_dir, int(request.get("world_size") or 0)):
+    if rc == 0 or outcomes.work_finished(job_dir, world):
         # Every rank's code finished: a rank that aborted in interpreter teardown
         # afterwards (torch 2.13 with gloo, about 1 run in 20) lost no work.
         if rc:
@@ -192,7 +205,6 @@ def _run(
                 flush=True,
             )
         return {"state": "succeeded", "reason": None, "exit_code": rc}
-    world = int(request.get("world_size") or 0)
     try:
         launcher_log = job_dir.launcher_log.read_text(errors="replace")
     except OSError:

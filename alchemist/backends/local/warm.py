@@ -230,8 +230,13 @@ def run(
     job_dir.write_state(state="running", started=started, supervisor_pid=os.getpid())
     reason = None
     stopped = False
+    look = time.time() + 1.0  # when to look for ranks stuck in teardown next
     while True:
         current.poll(0.2)
+        late = None
+        if not current.done and time.time() >= look:
+            look = time.time() + 1.0
+            late = outcomes.teardown_overdue(job_dir, world)
         if cancelled() or (job_dir.root / cancel_marker).exists():
             stopped, reason = True, "cancelled by the user"
         elif timeout and time.time() - started > timeout:
@@ -258,6 +263,14 @@ def run(
             break
         elif current.done:
             break
+        elif late is not None:
+            left = sorted(r for r in current.procs if r not in current.codes)
+            print(
+                f"[alchemist] every rank's code finished {late:.0f} s ago, but rank(s)"
+                f" {', '.join(map(str, left))} are still in teardown (interpreter exit,"
+                " atexit handlers, the process group); stopping them",
+                flush=True,
+            )
         else:
             continue
         current.stop(grace)

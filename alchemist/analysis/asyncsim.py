@@ -90,6 +90,18 @@ class Timing:
             )
         ]
 
+    def expected_slowest_s(self, workers: int, runs: int = 50, steps: int = 200) -> float:
+        """The mean time of the slowest of ``workers`` compute times, what a simulated
+        sync step waits for before its all-reduce (Monte Carlo over ``runs`` runs' worker
+        speeds and ``steps`` steps each, as :func:`simulate` draws them)."""
+        rng = np.random.default_rng(0)
+        total = 0.0
+        for _ in range(runs):
+            each = self.per_worker(workers, rng)
+            times = np.stack([_lognormal(rng, c, cv, steps) for c, cv, _, _ in each])
+            total += float(times.max(axis=0).mean())
+        return total / runs
+
     def allreduce_s(self, workers: int, nbytes: int) -> float:
         """Ring all-reduce of ``nbytes`` over ``workers`` (0 for one worker)."""
         if workers <= 1:

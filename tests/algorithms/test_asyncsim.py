@@ -64,6 +64,42 @@ def test_allreduce_cost_model() -> None:
     assert t.allreduce_s(32, 10**6) == pytest.approx(62e-4 + 2 * 31 / 32 * 1e-3)
 
 
+def test_expected_slowest_is_what_a_simulated_sync_step_waits_for(digits) -> None:
+    """The notebook fits sync's all-reduce as a real step minus this: it must be the
+    simulator's own mean wait for the slowest worker, or the fit is off by the gap."""
+    X, y, Xe, ye = digits
+    assert Timing(compute_s=1e-3, step_cv=0.0).expected_slowest_s(4) == pytest.approx(1e-3)
+    t = Timing(compute_s=1e-3, step_cv=0.8, worker_cv=0.2)
+    assert t.expected_slowest_s(4) > t.expected_slowest_s(2) > t.expected_slowest_s(1)
+    runs = [simulate("sync", 4, t, X, y, Xe, ye, lr=0.05, epochs=3, seed=s) for s in range(8)]
+    per_step = np.mean([r.total_s / r.updates for r in runs])
+    assert per_step == pytest.approx(t.expected_slowest_s(4), rel=0.05)
+
+
+def test_measured_per_worker_timings_replace_the_drawn_speeds(digits) -> None:
+    """A replayed job: the worker that exchanges fastest (the server's own, on rank 0)
+    ends first, so the mean staleness falls below N - 1, as in the real jobs."""
+    X, y, Xe, ye = digits
+    even = Timing(
+        compute_s=4e-4,
+        worker_compute_s=(4e-4,) * 4,
+        worker_step_cv=(0.1,) * 4,
+        worker_exchange_s=(2e-3,) * 4,
+    )
+    skewed = Timing(
+        compute_s=4e-4,
+        worker_compute_s=(4e-4,) * 4,
+        worker_step_cv=(0.1,) * 4,
+        worker_exchange_s=(0.7e-3, 2e-3, 2e-3, 2e-3),
+    )
+    a = simulate("async", 4, even, X, y, Xe, ye, lr=0.01, epochs=2)
+    b = simulate("async", 4, skewed, X, y, Xe, ye, lr=0.01, epochs=2)
+    assert a.mean_staleness == pytest.approx(3.0, abs=0.15)
+    assert b.mean_staleness < a.mean_staleness - 0.3
+    with pytest.raises(ValueError, match="one per worker"):
+        simulate("async", 2, even, X, y, Xe, ye, lr=0.01, epochs=1)
+
+
 def test_staleness_aware_rate_keeps_many_workers_stable(digits) -> None:
     X, y, Xe, ye = digits
     plain = simulate("async", 8, TIMING, X, y, Xe, ye, lr=0.05, epochs=4)

@@ -107,14 +107,21 @@ def interrupt_a_loop(s: Any, capsys: Any) -> Any:
     got ``KeyboardInterrupt``, every rank stopped and each printed its own. Returns the
     captured output."""
     logs = [s.job_dir.rank_log(r) for r in s.ranks]
+    missed: list[str] = []
 
     def interrupt_when_looping() -> None:
-        wait_for(lambda: all("looping" in p.read_text() for p in logs), 60, "both ranks to loop")
+        try:
+            wait_for(
+                lambda: all("looping" in p.read_text() for p in logs), 120, "both ranks to loop"
+            )
+        except Exception as e:  # interrupt anyway: the cell must not block the test for ever
+            missed.append(f"{e}; rank logs: " + " | ".join(p.read_text()[-300:] for p in logs))
         os.kill(os.getpid(), signal.SIGINT)
 
     threading.Thread(target=interrupt_when_looping, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
         s.run("import time\nprint('looping', flush=True)\nwhile True:\n    time.sleep(0.01)")
+    assert not missed, missed[0]
     out = capsys.readouterr()
     assert "every rank stopped" in out.out
     err = ANSI.sub("", out.err)

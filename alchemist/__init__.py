@@ -15,25 +15,46 @@ in a plain notebook, at world size 1): :func:`context`, :func:`distribute`,
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alchemist.runtime import (
-    context,
-    distribute,
-    log,
-    per_worker_batch,
-    restart_count,
-    restore,
-    save_checkpoint,
-    shard,
-)
-from alchemist.spec import JobSpec, JobState, JobStatus, Resources
+from alchemist._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from alchemist.client import DryRun, Job, attach, jobs, submit
+    from alchemist.job.spec import JobSpec, JobState, JobStatus, Resources
+    from alchemist.runtime import (
+        context,
+        distribute,
+        log,
+        per_worker_batch,
+        restart_count,
+        restore,
+        save_checkpoint,
+        shard,
+    )
 
 __version__ = "0.1.0"
 
-# The client (job store, backends) loads on first use, so worker processes, which
-# only need the runtime helpers, start without SQLAlchemy.
-_CLIENT_NAMES = ("DryRun", "Job", "attach", "jobs", "submit")
+# Everything loads on first use: a rank, a launcher or the hub that imports one module
+# of Alchemist loads that module, not the client's job store or the runtime's helpers.
+_EXPORTS = {
+    **dict.fromkeys(("DryRun", "Job", "attach", "jobs", "submit"), "alchemist.client"),
+    **dict.fromkeys(("JobSpec", "JobState", "JobStatus", "Resources"), "alchemist.job.spec"),
+    **dict.fromkeys(
+        (
+            "context",
+            "distribute",
+            "log",
+            "per_worker_batch",
+            "restart_count",
+            "restore",
+            "save_checkpoint",
+            "shard",
+        ),
+        "alchemist.runtime",
+    ),
+}
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
 
 
 def session(*args: Any, **kwargs: Any) -> Any:
@@ -42,14 +63,6 @@ def session(*args: Any, **kwargs: Any) -> Any:
     from alchemist.interactive.sessions import session as start
 
     return start(*args, **kwargs)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _CLIENT_NAMES:
-        from alchemist import client
-
-        return getattr(client, name)
-    raise AttributeError(f"module 'alchemist' has no attribute {name!r}")
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -17,8 +17,8 @@ from alchemist import client
 from alchemist.console import LogFollower, format_jobs_table, status_line
 from alchemist.diagnosis.report import format_report
 from alchemist.errors import AlchemistError
-from alchemist.options import add_arguments, options_from_args
-from alchemist.spec import JobState
+from alchemist.job.options import add_arguments, options_from_args
+from alchemist.job.spec import JobState
 
 
 def _positive(text: str) -> int:
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _prune(args: argparse.Namespace) -> int:
     from alchemist import retention
-    from alchemist.bundle.builder import human_size
+    from alchemist.bundle.sizes import human_size
 
     older = None if args.older_than is None else retention.parse_duration(args.older_than)
     found = retention.plan(older_than=older, keep=args.keep)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from alchemist import config, jobindex
+from alchemist import jobindex
 from alchemist.backends import get_backend
 from alchemist.backends.api import Backend, DryRunInfo, JobRequest, LogChunk
 from alchemist.bundle import Bundle, build_bundle, source_of, write_bundle
@@ -28,9 +28,10 @@ from alchemist.errors import (
     PermissionDeniedError,
     SpecError,
 )
-from alchemist.jobdir import JobDir, atomic_write_json
-from alchemist.options import spec_from_options
-from alchemist.spec import JobSpec, JobState, JobStatus, spec_dict
+from alchemist.job import config
+from alchemist.job.jobdir import JobDir, atomic_write_json
+from alchemist.job.options import spec_from_options
+from alchemist.job.spec import JobSpec, JobState, JobStatus, spec_dict
 from alchemist.store import JobRecord, get_store
 
 
@@ -309,7 +310,7 @@ def _default_namespace() -> dict[str, Any]:
 def make_spec(*, entry: str = "cell", **options: Any) -> JobSpec:
     """A validated :class:`JobSpec` from job options as keyword arguments.
 
-    The keywords are the options of :data:`alchemist.options.JOB_OPTIONS` (``workers``,
+    The keywords are the options of :data:`alchemist.job.options.JOB_OPTIONS` (``workers``,
     ``gpus_per_worker``, ``algorithm``, ``algorithm_options``, ``backend``, ``name``,
     ``max_restarts``, ``timeout``, ``global_batch``, ``env``, ``image``, ``cpu``,
     ``memory``, ``outputs``); one left out (or None) takes the table's default. An unset
@@ -357,7 +358,7 @@ def submit(
         args: a ``.py`` script's command-line arguments: its ``sys.argv`` is the script's
             name and these, as under torchrun (``alchemist submit train.py -- ARGS``).
         **options: the job options, as for :func:`make_spec` (the table in
-            :mod:`alchemist.options`: ``workers``, ``gpus_per_worker``, ``backend``,
+            :mod:`alchemist.job.options`: ``workers``, ``gpus_per_worker``, ``backend``,
             ``name``, ``max_restarts``, ``timeout``, ``env``, ``outputs``, ``algorithm``,
             ``algorithm_options``, ``global_batch``, ``image``, ``cpu``, ``memory``).
 
@@ -369,7 +370,7 @@ def submit(
         BundleError: the code cannot be shipped (syntax error, unpicklable or big value).
         BackendError: the backend refused the job.
     """
-    from alchemist.config import max_value_bytes
+    from alchemist.job.config import max_value_bytes
 
     limit = max_value_bytes()
     source, ns, cwd, function = "", None, None, None
@@ -418,7 +419,7 @@ def submit(
         try:
             write_bundle(bundle, job_dir.bundle)
             if isinstance(code, Path) and code.suffix == ".py":
-                from alchemist.integrations.torchrun import write_argv
+                from alchemist.bundle.store import write_argv
 
                 write_argv(job_dir.bundle, code.name, list(args or []))
         except BaseException:

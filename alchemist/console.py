@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from alchemist.spec import JobStatus
+from alchemist.job.spec import JobStatus
 
 if TYPE_CHECKING:
     from alchemist.client import Job

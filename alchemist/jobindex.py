@@ -26,9 +26,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from alchemist import config
-from alchemist.jobdir import JobDir, make_private_dir
-from alchemist.spec import JobState
+from alchemist.job import config
+from alchemist.job.jobdir import JobDir, make_private_dir
+from alchemist.job.spec import JobState
 from alchemist.store import JobRecord, JobStore, get_store
 
 #: The folder of marks, under the jobs folder (a dot name: never a job's).

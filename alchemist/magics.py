@@ -25,12 +25,12 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from alchemist import client
 from alchemist.console import DEFAULT_MAX_LINES, LogFollower, format_jobs_table, status_line
 from alchemist.errors import AlchemistError, CursorError
-from alchemist.options import argument_specs, options_from_args, parse_names
-from alchemist.spec import JobState, JobStatus
+from alchemist.job.options import argument_specs, options_from_args, parse_names
+from alchemist.job.spec import JobState, JobStatus
 
 
 def _job_option_arguments(func: Any) -> Any:
-    """The job option flags of :data:`alchemist.options.JOB_OPTIONS` (``magic``)."""
+    """The job option flags of :data:`alchemist.job.options.JOB_OPTIONS` (``magic``)."""
     # magic_arguments builds the parser from the last decorator applied to the first:
     # apply in reverse so that --help lists the options in the table's order.
     for flags, kwargs in reversed(argument_specs("magic")):

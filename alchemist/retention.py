@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from alchemist import config
 from alchemist.errors import SpecError
-from alchemist.spec import JobState
+from alchemist.job import config
+from alchemist.job.spec import JobState
 from alchemist.store import JobRecord, get_store
 
 _DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhdw])\s*")

@@ -50,8 +50,8 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from sqlalchemy.pool import NullPool
 
-from alchemist import config
-from alchemist.jobdir import make_private_dir
+from alchemist.job import config
+from alchemist.job.jobdir import make_private_dir
 
 log = logging.getLogger(__name__)
 

@@ -36,9 +36,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from alchemist import config
 from alchemist.errors import AlchemistError
-from alchemist.jobdir import JobDir, atomic_write_json
+from alchemist.job import config
+from alchemist.job.jobdir import JobDir, atomic_write_json
 
 START_TIMEOUT = 60.0
 

@@ -11,7 +11,7 @@ Two measurements:
 - **hook cost per step**: a process runs a ~5 ms step (matmuls and an ``all_reduce``
   on a 1-rank gloo group) in blocks of ``--steps`` steps that alternate without and
   with the hooks' threads running (the watchdog and the request responder of
-  :mod:`alchemist.diagnosis.hooks`, ``rearm`` each step as ``alchemist.log`` does), so
+  :mod:`alchemist.runtime.hooks`, ``rearm`` each step as ``alchemist.log`` does), so
   that machine load hits both alike: the median of the with/without ratios of
   adjacent blocks is printed. Target: <= 1.005. The flight recorder is set when a
   process group is made, so its cost is measured across processes instead (runs
@@ -54,8 +54,8 @@ import os, statistics, sys, time
 from pathlib import Path
 blocks, steps, where = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
 import torch, torch.distributed as dist
-from alchemist.diagnosis import hooks
-from alchemist.jobdir import JobDir
+from alchemist.runtime import hooks
+from alchemist.job.jobdir import JobDir
 torch.set_num_threads(1)
 store = dist.FileStore(str(where / "store"), 1)
 dist.init_process_group("gloo", store=store, rank=0, world_size=1)
@@ -79,7 +79,7 @@ else:  # calibrate to about 5 ms a step
         REPS = max(1, round(REPS * 0.005 / max(step_s(), 1e-6)))
 print(REPS, flush=True)
 job_dir = JobDir(where)
-(where / hooks.DEBUG_DIR).mkdir(mode=0o700, exist_ok=True)
+(where / "debug").mkdir(mode=0o700, exist_ok=True)
 noop = lambda: None
 def block(on):
     # the hooks' two threads, as hooks.install starts them in a rank; rearm per step
@@ -172,7 +172,7 @@ def step_run(
     recorder_on: bool, blocks: int, steps: int, workdir: Path, reps: int | None
 ) -> tuple[int, list[tuple[float, float]]]:
     """One step-loop process: ``(REPS, [(median without, median with hooks), ...])``."""
-    from alchemist.diagnosis import recorder
+    from alchemist.runtime import recorder
 
     where = workdir / f"steps-{time.monotonic_ns()}"
     where.mkdir()

@@ -101,7 +101,7 @@ def latency(events: int) -> None:
 def cost(steps: int, rounds: int) -> None:
     import torch
 
-    from alchemist.jobdir import JobDir
+    from alchemist.job.jobdir import JobDir
     from alchemist.metrics.reporter import Reporter
 
     torch.set_num_threads(1)

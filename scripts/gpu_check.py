@@ -97,7 +97,7 @@ def submit(cell: str, **options: Any) -> Any:
 
 
 def finish(job: Any, timeout: float = 120) -> Any:
-    from alchemist.spec import JobState
+    from alchemist.job.spec import JobState
 
     status = job.wait(timeout=timeout)
     if status.state is not JobState.SUCCEEDED:

@@ -11,6 +11,8 @@ echo "== ruff"
 .venv/bin/ruff format --check .
 echo "== mypy"
 .venv/bin/mypy
+echo "== layers (import-linter; the contract is in pyproject.toml)"
+.venv/bin/lint-imports --no-cache
 echo "== pytest"
 # One pytest process per test folder: the parts use different event loops (JupyterHub,
 # jupyter_server, kubernetes-asyncio, Playwright's sync API, IPython) and must not

@@ -4,7 +4,7 @@ Modelled on torchx's scheduler API: :meth:`Backend.submit` is :meth:`Backend.dry
 followed by :meth:`Backend._schedule` of exactly what the dry run returned, so what a
 user sees with ``--dry-run`` is what runs. Subclasses fill the private hooks.
 
-Every backend shares the job directory layout of :mod:`alchemist.jobdir`: the bundle
+Every backend shares the job directory layout of :mod:`alchemist.job.jobdir`: the bundle
 is written there before submission, workers write logs, metrics and checkpoints
 there, and the reader tails them. On Kubernetes the directory is on a shared volume.
 """
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from alchemist.errors import SpecError
-from alchemist.jobdir import JobDir
-from alchemist.spec import ALGORITHMS, JobSpec, JobStatus
+from alchemist.job.jobdir import JobDir
+from alchemist.job.spec import ALGORITHMS, JobSpec, JobStatus
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 from alchemist.backends.launch import runtime_args
 from alchemist.errors import BackendError
-from alchemist.jobdir import JobDir
-from alchemist.spec import JobSpec
+from alchemist.job.jobdir import JobDir
+from alchemist.job.spec import JobSpec
 
 INSTALL_HINT = (
     "Horovod is not installed (horovodrun not found): run scripts/setup.d/50-horovod.sh"

@@ -18,17 +18,14 @@ import socket
 import sys
 from typing import Any
 
-from alchemist.jobdir import JobDir
-from alchemist.spec import JobSpec
+from alchemist.job.jobdir import JobDir
+from alchemist.job.spec import RANK_ENTRIES, JobSpec
 
 #: The address a local job's rendezvous store listens on and its ranks connect to (the
 #: parameter server of ``async``/``easgd`` then binds it too: ``_ps.advertised_host``).
 LOOPBACK = "127.0.0.1"
 #: The one program :func:`loopback_torchrun` runs.
 TORCHRUN = "torch.distributed.run"
-
-#: Environment variables every worker process gets (besides the user's ``--env``).
-RUNTIME_MODULE = "alchemist.runtime"
 
 
 def worker_env(job_id: str, job_dir: JobDir, spec: JobSpec) -> dict[str, str]:
@@ -79,7 +76,8 @@ def torchrun_args(
 
 
 def runtime_args(job_dir: JobDir) -> list[str]:
-    return ["-m", RUNTIME_MODULE, str(job_dir.root)]
+    entry = RANK_ENTRIES["cell"]
+    return ["-m", entry.module, *entry.argv(str(job_dir.root), "")]
 
 
 def local_launcher_args(spec: JobSpec, nproc_per_node: int) -> list[str]:

@@ -15,9 +15,32 @@ a :class:`~alchemist.errors.BundleError` with one line naming the variable and t
 raised before anything is submitted.
 """
 
-from alchemist.bundle.builder import Bundle, BundleItem, build_bundle, source_of
-from alchemist.bundle.freenames import free_names
-from alchemist.bundle.store import enter_workspace, load_bundle, read_manifest, write_bundle
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from alchemist._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from alchemist.bundle.builder import Bundle, BundleItem, build_bundle, source_of
+    from alchemist.bundle.freenames import free_names
+    from alchemist.bundle.store import enter_workspace, load_bundle, read_manifest, write_bundle
+
+__getattr__, __dir__ = lazy_exports(
+    globals(),
+    {
+        "Bundle": "alchemist.bundle.builder",
+        "BundleItem": "alchemist.bundle.builder",
+        "build_bundle": "alchemist.bundle.builder",
+        "source_of": "alchemist.bundle.builder",
+        "free_names": "alchemist.bundle.freenames",
+        "enter_workspace": "alchemist.bundle.store",
+        "load_bundle": "alchemist.bundle.store",
+        "read_manifest": "alchemist.bundle.store",
+        "write_bundle": "alchemist.bundle.store",
+    },
+)
+
 
 __all__ = [
     "Bundle",

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from alchemist.bundle.freenames import free_names
+from alchemist.bundle.sizes import human_size
 from alchemist.errors import BundleError
 
 if TYPE_CHECKING:
@@ -102,14 +103,6 @@ class Bundle:
                 )
             )
         return "\n".join(lines)
-
-
-def human_size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"  # pragma: no cover
 
 
 def _check_syntax(source: str, entry: str) -> None:
@@ -239,8 +232,8 @@ def build_bundle(
     files, _origins = workspace_files(needed, cwd, max_bytes=max_value_bytes)
     data = None
     if ship_data:
-        from alchemist import config
         from alchemist.bundle.datafiles import select_data_files
+        from alchemist.job import config
 
         data = select_data_files(
             cwd,

@@ -27,8 +27,9 @@ from pathlib import Path
 
 import pathspec
 
-from alchemist.bundle.builder import human_size
-from alchemist.errors import BundleError, SpecError
+from alchemist.bundle.sizes import human_size
+from alchemist.errors import BundleError
+from alchemist.job.patterns import compile_patterns
 
 #: The ignore file read from the notebook's folder.
 IGNORE_FILE = ".alchemistignore"
@@ -55,23 +56,6 @@ class DataFiles:
     @property
     def total(self) -> int:
         return sum(self.sizes.values())
-
-
-def compile_patterns(patterns: Sequence[str], what: str) -> pathspec.PathSpec | None:
-    """A matcher for ``.gitignore``-style ``patterns``; None when there are none.
-
-    Raises:
-        SpecError: a pattern that is not valid (naming ``what``, e.g. ``--exclude``).
-    """
-    if not patterns:
-        return None
-    for p in patterns:
-        if not isinstance(p, str) or not p.strip() or "\0" in p:
-            raise SpecError(f"{what} expects file patterns such as 'data/*.csv', got {p!r}")
-    try:
-        return pathspec.PathSpec.from_lines("gitwildmatch", patterns)
-    except (ValueError, TypeError) as e:  # pathspec's GitWildMatchPatternError is a ValueError
-        raise SpecError(f"{what}: {e}") from None
 
 
 def _ignore_file(root: Path) -> pathspec.PathSpec | None:

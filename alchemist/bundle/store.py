@@ -18,7 +18,7 @@ import cloudpickle
 
 from alchemist.bundle.builder import Bundle
 from alchemist.errors import BundleError
-from alchemist.jobdir import atomic_write_bytes, atomic_write_json
+from alchemist.job.jobdir import atomic_write_bytes, atomic_write_json
 
 
 def write_bundle(bundle: Bundle, directory: Path) -> str:
@@ -145,3 +145,23 @@ def load_bundle(directory: Path) -> tuple[str, dict[str, Any], dict[str, Any]]:
         if inspect.isfunction(value) and value.__module__ == "__main__" and name in values:
             ns[name] = _rebind(value, ns)
     return source, ns, manifest
+
+
+#: In the job's bundle folder: ``[script name, arg, ...]`` for a script's ``sys.argv``.
+ARGV_FILE = "argv.json"
+
+
+def write_argv(bundle_dir: Path, script: str, args: list[str]) -> None:
+    """Keep a script's ``sys.argv`` with its bundle (read by :func:`set_argv`)."""
+    atomic_write_json(bundle_dir / ARGV_FILE, [script, *args])
+
+
+def set_argv(bundle_dir: Path) -> str | None:
+    """Set ``sys.argv`` for a script from its bundle; returns the script's name (or None
+    where the bundle is a cell's)."""
+    path = bundle_dir / ARGV_FILE
+    if not path.is_file():
+        return None
+    argv = [str(a) for a in json.loads(path.read_text())]
+    sys.argv = argv
+    return argv[0]

@@ -1,9 +1,9 @@
 """Hang diagnosis: which rank, and where.
 
 - :mod:`~alchemist.diagnosis.progress`: stall detection from the ranks' metric files;
-- :mod:`~alchemist.diagnosis.hooks`: what every rank installs at start-up (stacks on
+- :mod:`~alchemist.runtime.hooks`: what every rank installs at start-up (stacks on
   ``SIGUSR1``, a stall watchdog, a responder answering request files);
-- :mod:`~alchemist.diagnosis.recorder`: PyTorch's flight recorder (collective sequence
+- :mod:`~alchemist.runtime.recorder`: PyTorch's flight recorder (collective sequence
   ids; a rank's dump when its code fails), the one module that touches its private API;
 - :mod:`~alchemist.diagnosis.stacks`: reading faulthandler's dumps, finding the user's
   frame and the collective a rank waits in;

@@ -11,7 +11,7 @@
   watchdog's last dump), in faulthandler's format;
 - ``debug/``: every rank's ``stacks-rank-<r>.txt`` (signal dumps),
   ``watchdog-rank-<r>.txt`` (the watchdog's) and ``recorder-rank-<r>.json`` (the flight
-  recorder a rank wrote when its code failed, :func:`alchemist.diagnosis.recorder.
+  recorder a rank wrote when its code failed, :func:`alchemist.runtime.recorder.
   dump_on_failure`), and the hooks markers;
 - ``logs/``: the last :data:`LOG_TAIL_LINES` lines of each rank's log and of the
   launcher's;
@@ -31,9 +31,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from alchemist.diagnosis import hooks
 from alchemist.errors import AlchemistError
-from alchemist.jobdir import JobDir
+from alchemist.job.jobdir import JobDir
 
 #: Lines kept from the end of each log.
 LOG_TAIL_LINES = 200
@@ -83,7 +82,7 @@ def _members(job_dir: JobDir) -> list[tuple[str, Path, str]]:
         ("state.json", job_dir.state, "whole"),
         ("source.py", job_dir.bundle / "source.py", "whole"),
     ]
-    debug = hooks.debug_dir(job_dir)
+    debug = job_dir.debug
     try:
         names = sorted(p.name for p in debug.iterdir() if p.is_file())
     except OSError:
@@ -133,7 +132,7 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes, when: float) -> None:
     info = tarfile.TarInfo(name)
     info.size = len(data)
     info.mtime = int(when)
-    info.mode = 0o600  # a job's files are its owner's alone (alchemist.jobdir)
+    info.mode = 0o600  # a job's files are its owner's alone (alchemist.job.jobdir)
     tar.addfile(info, io.BytesIO(data))
 
 

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import psutil
 
-from alchemist import outcomes
 from alchemist.backends.local.procs import job_processes, read_pid
-from alchemist.diagnosis import hooks
-from alchemist.jobdir import JobDir, make_private_dir
+from alchemist.job import outcomes
+from alchemist.job.jobdir import JobDir, make_private_dir
+from alchemist.runtime import hooks
 
 #: Seconds to wait for every rank's stacks.
 STACKS_TIMEOUT_S = 3.0
@@ -65,9 +65,7 @@ class Liveness:
 
 def _live_pids(job_dir: JobDir) -> dict[int, psutil.Process]:
     roots = [
-        p
-        for p in (read_pid(job_dir.pids / "launcher.pid"), read_pid(job_dir.pids / "torchrun.pid"))
-        if p
+        p for p in (read_pid(job_dir.launcher_pid), read_pid(job_dir.pids / "torchrun.pid")) if p
     ]
     return {p.pid: p for p in job_processes(job_dir.root, roots)}
 
@@ -80,7 +78,7 @@ def liveness(job_dir: JobDir, world_size: int) -> dict[int, Liveness]:
     codes = outcomes.exit_codes(job_dir)
     out: dict[int, Liveness] = {}
     for rank in range(world_size):
-        pid = read_pid(job_dir.pids / f"rank-{rank}.pid")
+        pid = read_pid(job_dir.rank_pid(rank))
         record = recorded.get(rank)
         ended = record is not None and record.attempt == attempt
         if ended and record is not None:
@@ -274,7 +272,7 @@ def watchdog_stacks(job_dir: JobDir, rank: int) -> tuple[str, float] | None:
 def post_request(job_dir: JobDir) -> Path:
     """Drop a new request file for every rank's responder; returns its path."""
     folder = hooks.requests_dir(job_dir)
-    make_private_dir(hooks.debug_dir(job_dir))
+    make_private_dir(job_dir.debug)
     make_private_dir(folder)
     name = f"{time.time_ns()}-{os.getpid()}-{secrets.token_hex(3)}{hooks.REQUEST_SUFFIX}"
     request = folder / name

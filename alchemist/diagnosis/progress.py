@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from alchemist.jobdir import JobDir
+from alchemist.job.jobdir import JobDir
 
 #: The threshold is never below this many seconds.
 MIN_STALL_S = 30.0

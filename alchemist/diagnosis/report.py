@@ -35,9 +35,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from alchemist.diagnosis import collect, hooks, progress, recorder, stacks
+from alchemist.diagnosis import collect, progress, stacks
 from alchemist.diagnosis.progress import format_ranks
-from alchemist.jobdir import JobDir
+from alchemist.job.jobdir import JobDir
+from alchemist.runtime import hooks, recorder
 
 
 def _s(ranks: list[int], verb: str) -> str:
@@ -114,7 +115,7 @@ def _rank_stacks(
 ) -> tuple[dict[int, Dump], dict[int, dict[str, Any] | None], list[int]]:
     """``(dumps, recorders, asked)``: rank → (threads, main thread id, source
     ``socket``/``signal``/``request``/``watchdog``, time of the dump); rank → its
-    flight-recorder summary (:func:`alchemist.diagnosis.recorder.summarize`, None: no
+    flight-recorder summary (:func:`alchemist.runtime.recorder.summarize`, None: no
     recorder) for the ranks that answered on their socket or the request file; the
     ranks whose hooks are in place (those asked).
 

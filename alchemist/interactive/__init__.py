@@ -14,7 +14,25 @@ User guide: ``docs/interactive.md``.
 
 from __future__ import annotations
 
-from alchemist.interactive.errors import CellFailed, SessionBroken, SessionError
-from alchemist.interactive.sessions import Session, current_session, session
+from typing import TYPE_CHECKING
+
+from alchemist._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from alchemist.interactive.errors import CellFailed, SessionBroken, SessionError
+    from alchemist.interactive.sessions import Session, current_session, session
+
+__getattr__, __dir__ = lazy_exports(
+    globals(),
+    {
+        "CellFailed": "alchemist.interactive.errors",
+        "SessionBroken": "alchemist.interactive.errors",
+        "SessionError": "alchemist.interactive.errors",
+        "Session": "alchemist.interactive.sessions",
+        "current_session": "alchemist.interactive.sessions",
+        "session": "alchemist.interactive.sessions",
+    },
+)
+
 
 __all__ = ["CellFailed", "Session", "SessionBroken", "SessionError", "current_session", "session"]

@@ -15,8 +15,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from alchemist.interactive.layout import SessionDir
-from alchemist.jobdir import JobDir, make_private_dir
+from alchemist.job.jobdir import JobDir, make_private_dir
+from alchemist.job.session import SessionDir
 
 
 def controller_argv(sd: SessionDir, location: str | None = None) -> list[str]:

@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from alchemist.interactive.layout import SessionDir
-from alchemist.jobdir import JobDir
+from alchemist.job.jobdir import JobDir
+from alchemist.job.session import SessionDir
 
 _sampler: Any = None
 
@@ -43,8 +43,8 @@ def setup_rank(job_dir: JobDir) -> int:
     rank, world, _ = worker._rank_env()
     worker._redirect_output(job_dir.rank_log(rank))
     job_dir.pids.mkdir(exist_ok=True)
-    (job_dir.pids / f"rank-{rank}.pid").write_text(str(os.getpid()))
-    from alchemist.diagnosis import hooks, recorder
+    (job_dir.rank_pid(rank)).write_text(str(os.getpid()))
+    from alchemist.runtime import hooks, recorder
 
     recorder.enable()
     hooks.install(job_dir, rank)
@@ -67,8 +67,8 @@ def setup_rank(job_dir: JobDir) -> int:
 
 
 def teardown(job_dir: JobDir, rank: int) -> None:
-    from alchemist.diagnosis import hooks
     from alchemist.metrics import reporter as reporter_mod
+    from alchemist.runtime import hooks
 
     if _sampler is not None:
         try:

@@ -25,8 +25,8 @@ import time
 from typing import Any
 
 from alchemist.interactive.errors import SessionError
-from alchemist.interactive.layout import SessionDir
-from alchemist.jobdir import JobDir
+from alchemist.job.jobdir import JobDir
+from alchemist.job.session import SessionDir
 
 #: Seconds between two reads of a Kubernetes session's state (an API call each).
 POD_STATE_EVERY_S = 1.0
@@ -60,7 +60,7 @@ class LocalEngines:
     def alive(self, ranks: list[int]) -> list[int]:
         from alchemist.backends.local.procs import alive, read_pid
 
-        return [r for r in ranks if alive(read_pid(self.job_dir.pids / f"rank-{r}.pid"))]
+        return [r for r in ranks if alive(read_pid(self.job_dir.rank_pid(r)))]
 
     def interrupt(self, client: Any, ranks: list[int]) -> None:
         """SIGINT to each rank's process, at once."""
@@ -69,7 +69,7 @@ class LocalEngines:
         from alchemist.backends.local.procs import read_pid
 
         for r in ranks:
-            pid = read_pid(self.job_dir.pids / f"rank-{r}.pid")
+            pid = read_pid(self.job_dir.rank_pid(r))
             if pid:
                 try:
                     os.kill(pid, signal.SIGINT)
@@ -79,7 +79,7 @@ class LocalEngines:
     def _wait_supervisor(self, seconds: float) -> None:
         from alchemist.backends.local.procs import alive, read_pid
 
-        launcher = read_pid(self.job_dir.pids / "launcher.pid")
+        launcher = read_pid(self.job_dir.launcher_pid)
         deadline = time.monotonic() + seconds
         while alive(launcher) and time.monotonic() < deadline:
             if self._supervisor is not None:
@@ -101,7 +101,7 @@ class LocalEngines:
         if running:
             self.dirs.stop_marker.write_text(reason)
             self._wait_supervisor(10)
-        launcher = read_pid(self.job_dir.pids / "launcher.pid")
+        launcher = read_pid(self.job_dir.launcher_pid)
         left = job_processes(self.job_dir.root, [launcher] if launcher else [])
         if left:
             terminate(left, grace=2.0)

@@ -11,7 +11,7 @@ import json
 import time
 from typing import Any
 
-from alchemist.interactive.layout import SessionDir
+from alchemist.job.session import SessionDir
 
 
 def idle_seconds(sd: SessionDir) -> float | None:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from alchemist import config
-from alchemist.interactive.layout import SESSION_ENTRY, SessionDir
-from alchemist.jobdir import JobDir, atomic_write_json, make_private_dir
-from alchemist.spec import JobSpec, Resources
+from alchemist.job import config
+from alchemist.job.jobdir import JobDir, atomic_write_json, make_private_dir
+from alchemist.job.session import SESSION_ENTRY, SessionDir
+from alchemist.job.spec import JobSpec, Resources
 
 
 def kind_of(spec: dict[str, Any]) -> str:

@@ -25,7 +25,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from alchemist.errors import AlchemistError
 from alchemist.interactive import sessions as session_mod
 from alchemist.interactive.errors import CellFailed, SessionError
-from alchemist.options import add_arguments, options_from_args
+from alchemist.job.options import add_arguments, options_from_args
 
 _SUBCOMMANDS = ("start", "status", "stop", "restart", "promote", "attach")
 

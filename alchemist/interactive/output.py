@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any, Protocol, TextIO
 
-from alchemist.jobdir import JobDir
+from alchemist.job.jobdir import JobDir
 
 
 class RankStreams:

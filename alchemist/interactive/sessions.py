@@ -35,8 +35,8 @@ from alchemist.interactive import output, rankside, transcript
 from alchemist.interactive.engines import engines_for
 from alchemist.interactive.errors import CellFailed, SessionBroken, SessionError
 from alchemist.interactive.jobs import create_session_job, session_spec
-from alchemist.interactive.layout import SessionDir
-from alchemist.jobdir import JobDir, atomic_write_json
+from alchemist.job.jobdir import JobDir, atomic_write_json
+from alchemist.job.session import SessionDir
 
 #: Default seconds a collective may wait before it fails (the process group's timeout).
 #: Short enough that an interrupted rank blocked in gloo (which ignores SIGINT) comes
@@ -191,8 +191,8 @@ class Session:
         admission = None
         local = get_backend("local")
         if backend == "local" and isinstance(local, LocalBackend):
-            from alchemist.config import current_user
             from alchemist.errors import CapacityError
+            from alchemist.job.config import current_user
 
             try:  # the ranks take the machine's CPU slots and GPUs, as a batch job's do
                 admission = local.admission(spec, current_user())

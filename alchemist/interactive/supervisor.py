@@ -37,14 +37,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from alchemist import outcomes
 from alchemist.backends.launch import LOOPBACK, loopback_socket, store_on
-from alchemist.backends.local.procs import CANCEL_MARKER, job_processes, spawn_logged, terminate
+from alchemist.backends.local.procs import job_processes, spawn_logged, terminate
 from alchemist.backends.local.supervisor import queue_of, wait_for_admission
 from alchemist.backends.local.warm import Attempt, launch_ranks
 from alchemist.interactive.idle import IdleClock
-from alchemist.interactive.layout import SESSION_ENTRY, SessionDir, read_stop
-from alchemist.jobdir import JobDir
+from alchemist.job import outcomes
+from alchemist.job.jobdir import JobDir
+from alchemist.job.session import SESSION_ENTRY, SessionDir, read_stop
 
 #: Seconds between two looks at the engines.
 POLL_S = 0.2
@@ -199,7 +199,7 @@ def _check(
     signalled: list[int],
 ) -> None:
     """Raise :class:`_Stop` when the session must end now."""
-    if signalled or (job_dir.root / CANCEL_MARKER).exists():
+    if signalled or job_dir.cancel_marker.exists():
         raise _Stop("cancelled", "cancelled by the user")
     if sd.stop_marker.exists():
         # A reason in the marker: the notebook gave up on the session (it did not start).

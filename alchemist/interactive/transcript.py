@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from alchemist.jobdir import make_private_dir
+from alchemist.job.jobdir import make_private_dir
 
 
 @dataclass

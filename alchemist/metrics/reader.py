@@ -1,6 +1,6 @@
 """Read a job's metric events from its per-rank files, with one cursor.
 
-Layout (see :mod:`alchemist.jobdir`): rank ``r`` appends its events to
+Layout (see :mod:`alchemist.job.jobdir`): rank ``r`` appends its events to
 ``<job_dir>/metrics/rank-<r>.jsonl`` and its system metrics to
 ``<job_dir>/metrics/system-rank-<r>.jsonl``. Each file has one writer host, because
 appends from several hosts to one file are not atomic on NFS (the job directory of a
@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from alchemist.errors import CursorError
-from alchemist.jobdir import JobDir
+from alchemist.job.jobdir import JobDir
 from alchemist.metrics import summary as summaries
 from alchemist.metrics.tail import read_lines
 
@@ -322,7 +322,7 @@ class MetricsReader:
             raise ValueError("system metrics have no overview; read them with read()")
         import numpy as np
 
-        from alchemist.widgets.downsample import minmax_downsample
+        from alchemist.metrics.downsample import minmax_downsample
 
         files = self.files()
         share = None if max_bytes is None else max(1, max_bytes // max(1, len(files)))

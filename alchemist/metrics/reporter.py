@@ -63,10 +63,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from alchemist.jobdir import JobDir
-
-#: Values the monitor reads as job metadata rather than curves.
-META_KEYS = frozenset({"total_steps", "batch_size"})
+from alchemist.job.jobdir import JobDir
 
 DEFAULT_MEMORY_LIMIT = 100_000
 DEFAULT_TB_FLUSH_SECS = 1.0

@@ -4,7 +4,7 @@ A job with ten million events has a gigabyte of ``rank-<r>.jsonl``; reading it f
 start takes minutes, and a chart shows a few thousand points anyway. The summary is the
 downsampled way in: for each metric of each rank, a fixed number of buckets of
 consecutive points, each holding the bucket's first, last, smallest and largest point
-and its first NaN (the "M4" rule of :mod:`alchemist.widgets.downsample`, made
+and its first NaN (the "M4" rule of :mod:`alchemist.metrics.downsample`, made
 mergeable), plus what the monitor's progress table needs (latest step and time, the
 last 20 ``(time, step)``, ``total_steps``, ``batch_size``, events per rank) and the
 attempt each rank reached (:mod:`alchemist.metrics.attempts`). It covers the file up to
@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from alchemist.metrics.attempts import AttemptTracker
-from alchemist.metrics.reporter import META_KEYS
+from alchemist.metrics.events import META_KEYS
 
 FORMAT = 1
 #: Buckets a series keeps at most (a power of two): about 5 stored points each.

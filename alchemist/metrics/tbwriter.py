@@ -41,10 +41,11 @@ from pathlib import Path
 from typing import Any
 
 from alchemist.errors import CursorError
-from alchemist.jobdir import JobDir, atomic_write_bytes, atomic_write_json
+from alchemist.job.jobdir import JobDir, atomic_write_bytes, atomic_write_json
 from alchemist.metrics.attempts import AttemptTracker
+from alchemist.metrics.events import META_KEYS
 from alchemist.metrics.reader import MetricsReader
-from alchemist.metrics.reporter import META_KEYS, tensorboard_run_dir
+from alchemist.metrics.reporter import tensorboard_run_dir
 from alchemist.metrics.summary import SummaryKeeper
 
 CURSOR_FILE = ".cursor"

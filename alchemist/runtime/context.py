@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from alchemist.jobdir import JobDir
+from alchemist.job.jobdir import JobDir
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from alchemist.diagnosis.hooks import rearm as rearm_watchdog
 from alchemist.errors import CheckpointError
-from alchemist.jobdir import atomic_write_bytes
+from alchemist.job.jobdir import atomic_write_bytes
 from alchemist.runtime.context import context
+from alchemist.runtime.hooks import rearm as rearm_watchdog
 
 
 def _dist_ready() -> bool:
@@ -108,7 +108,7 @@ def log(step: int, **metrics: float) -> None:
     from alchemist.metrics.reporter import get_reporter
 
     get_reporter().log(step, **metrics)
-    rearm_watchdog()  # the rank advanced (alchemist.diagnosis.hooks)
+    rearm_watchdog()  # the rank advanced (alchemist.runtime.hooks)
 
 
 # -- checkpoints ---------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from alchemist.errors import AlchemistError
-from alchemist.jobdir import JobDir, atomic_write_bytes
+from alchemist.job.algorithms import needs_own_launcher
+from alchemist.job.jobdir import JobDir, atomic_write_bytes
 
 _EXIT_USER_ERROR = 1
 
@@ -80,7 +81,7 @@ def _attempt_store(world_size: int) -> Any:
 
 
 def _init_process_group(algorithm: str) -> None:
-    if algorithm == "horovod":
+    if needs_own_launcher(algorithm):
         return  # horovod.init() is called by the horovod algorithm's wrap()
     import torch
     import torch.distributed as dist
@@ -94,7 +95,7 @@ def _init_process_group(algorithm: str) -> None:
     store = _attempt_store(ctx.world_size)
     if store is not None:
         kwargs = {"store": store, "rank": ctx.rank, "world_size": ctx.world_size}
-    from alchemist.diagnosis.recorder import collective_timeout
+    from alchemist.runtime.recorder import collective_timeout
 
     timeout = collective_timeout()  # $ALCHEMIST_COLLECTIVE_TIMEOUT; None: torch's default
     if ctx.device.type == "cuda":
@@ -189,11 +190,11 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("ALCHEMIST_JOB_ID", job_dir.job_id)
     _redirect_output(job_dir.rank_log(rank))
     job_dir.pids.mkdir(exist_ok=True)
-    (job_dir.pids / f"rank-{rank}.pid").write_text(str(os.getpid()))
+    (job_dir.rank_pid(rank)).write_text(str(os.getpid()))
     # Stacks on SIGUSR1, the stall watchdog and the request responder, before anything
-    # that can hang (the rendezvous): alchemist.diagnosis.hooks; and a modest flight
-    # recorder, before torch makes the process group: alchemist.diagnosis.recorder.
-    from alchemist.diagnosis import hooks, recorder
+    # that can hang (the rendezvous): alchemist.runtime.hooks; and a modest flight
+    # recorder, before torch makes the process group: alchemist.runtime.recorder.
+    from alchemist.runtime import hooks, recorder
 
     recorder.enable()
     hooks.install(job_dir, rank)
@@ -203,7 +204,7 @@ def main(argv: list[str]) -> int:
     spec = json.loads(job_dir.spec.read_text())
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if rank == 0:
-        atomic_write_bytes(job_dir.root / "restarts", str(attempt).encode())
+        atomic_write_bytes(job_dir.restarts, str(attempt).encode())
     started = time.time()
 
     from alchemist.metrics import reporter as reporter_mod
@@ -221,17 +222,17 @@ def main(argv: list[str]) -> int:
         )
         sampler = start_reporting(job_dir, rank)
 
-        from alchemist.bundle import enter_workspace, load_bundle
+        from alchemist.bundle.store import enter_workspace, load_bundle, set_argv
 
         enter_workspace(job_dir.bundle)  # paths first: unpickling may import model.py
         source, ns, manifest = load_bundle(job_dir.bundle)
         # Lightning, Accelerate, Transformers and torchrun scripts as they are: the
         # library hooks (applied when the code imports a library) and a script's argv.
-        from alchemist import integrations
-        from alchemist.integrations import torchrun
+        from alchemist.runtime import integrations
+        from alchemist.runtime.integrations import torchrun
 
         integrations.install()
-        script = torchrun.set_argv(job_dir.bundle)
+        script = set_argv(job_dir.bundle)
         if script is not None:
             ns.setdefault("__file__", os.path.abspath(script))
         code = compile(source, "<cell>" if manifest["entry"] == "cell" else "<script>", "exec")
@@ -270,12 +271,12 @@ def main(argv: list[str]) -> int:
     hooks.stop(job_dir, rank)  # the code ended: teardown is no stall
     # Before any teardown: a rank that aborts at interpreter exit after this line has
     # finished its work, and the job's outcome comes from these records.
-    from alchemist import outcomes
+    from alchemist.job import outcomes
 
     outcomes.record(job_dir, rank, attempt, status)
     if status == 0:
         try:
-            from alchemist.integrations import torchrun
+            from alchemist.runtime.integrations import torchrun
 
             torchrun.destroy()
         except Exception:

@@ -8,9 +8,21 @@ The routes live under ``<base_url>alchemist/api/v1/`` (see :mod:`alchemist.serve
 from __future__ import annotations
 
 import atexit
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alchemist.server.handlers import API_ROOT, setup_handlers
+from alchemist._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from alchemist.server.handlers import API_ROOT, setup_handlers
+
+__getattr__, __dir__ = lazy_exports(
+    globals(),
+    {
+        "API_ROOT": "alchemist.server.handlers",
+        "setup_handlers": "alchemist.server.handlers",
+    },
+)
+
 
 __all__ = [
     "API_ROOT",

@@ -72,11 +72,11 @@ from alchemist.errors import (
     SpecError,
     UnknownBackendError,
 )
-from alchemist.jobdir import JobDir
-from alchemist.options import check_body_types, describe_options, options_for
-from alchemist.runtime.algorithms.options import catalogue as algorithm_catalogue
-from alchemist.runtime.algorithms.options import check as check_algorithm_options
-from alchemist.spec import ALGORITHMS, JobState
+from alchemist.job.algorithms import catalogue as algorithm_catalogue
+from alchemist.job.algorithms import check as check_algorithm_options
+from alchemist.job.jobdir import JobDir
+from alchemist.job.options import check_body_types, describe_options, options_for
+from alchemist.job.spec import ALGORITHMS, JobState
 
 #: Root of the versioned API, relative to the server's base URL.
 API_ROOT = "alchemist/api/v1"
@@ -127,7 +127,7 @@ class RouteError(web.HTTPError):
         self.field = field
 
 
-#: Fields of a submission body besides the job options (alchemist.options, "rest").
+#: Fields of a submission body besides the job options (alchemist.job.options, "rest").
 _BODY_FIELDS = ("path",)
 
 
@@ -368,8 +368,8 @@ def _metrics_summary(job_id: str, max_points: int) -> dict[str, Any]:
     ask again: the work is cached)."""
     import numpy as np
 
+    from alchemist.metrics.downsample import minmax_downsample
     from alchemist.metrics.reader import MetricsReader
-    from alchemist.widgets.downsample import minmax_downsample
 
     job = _job(job_id)
     ov = MetricsReader(job.job_dir).overview(max_points, max_bytes=SUMMARY_FOLD_BYTES)
@@ -548,7 +548,7 @@ class RootHandler(AlchemistHandler):
                 "algorithms": list(ALGORITHMS),
                 "states": [state.value for state in JobState],
                 "algorithm_options": algorithm_catalogue(),
-                # The panel builds its launch form from these (alchemist.options).
+                # The panel builds its launch form from these (alchemist.job.options).
                 "job_options": describe_options("rest"),
             }
         )
@@ -575,7 +575,7 @@ class JobsHandler(AlchemistHandler):
         )
         state = self.get_query_argument("state", "") or None
         if state is not None:
-            from alchemist.spec import JobState
+            from alchemist.job.spec import JobState
 
             states = [s.value for s in JobState]
             if state not in states:

@@ -1,6 +1,6 @@
 """The REST API described as OpenAPI 3 (``GET /alchemist/api/v1/openapi.json``).
 
-The submit body's schema comes from the job-options table (:mod:`alchemist.options`);
+The submit body's schema comes from the job-options table (:mod:`alchemist.job.options`);
 the routes and their query arguments are those :mod:`alchemist.server.handlers`
 serves (``tests/server/test_openapi.py`` checks the two against each other and fuzzes
 every route from this document).
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from alchemist.options import options_for
+from alchemist.job.options import options_for
 
 _JSON_SCHEMA: dict[str, dict[str, Any]] = {
     "bool": {"type": "boolean"},

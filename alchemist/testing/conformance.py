@@ -22,8 +22,8 @@ import alchemist
 from alchemist import backends
 from alchemist.backends.api import JobRequest
 from alchemist.errors import JobNotFoundError
-from alchemist.jobdir import JobDir
-from alchemist.spec import JobSpec, JobState
+from alchemist.job.jobdir import JobDir
+from alchemist.job.spec import JobSpec, JobState
 
 
 def _wait(job: alchemist.Job, timeout: float = 180) -> Any:

@@ -24,8 +24,8 @@ import cloudpickle
 
 from alchemist.backends.api import Backend, DryRunInfo, JobRequest
 from alchemist.errors import JobNotFoundError
+from alchemist.job.spec import JobState, JobStatus
 from alchemist.metrics.reporter import Reporter
-from alchemist.spec import JobState, JobStatus
 
 
 class _FakeBackend(Backend):

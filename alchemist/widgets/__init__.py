@@ -6,6 +6,21 @@ as HTML or text, and the magics fall back to plain text output.
 
 from __future__ import annotations
 
-from alchemist.widgets.monitor import JobMonitor, MonitorData, MonitoredJob
+from typing import TYPE_CHECKING
+
+from alchemist._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from alchemist.widgets.monitor import JobMonitor, MonitorData, MonitoredJob
+
+__getattr__, __dir__ = lazy_exports(
+    globals(),
+    {
+        "JobMonitor": "alchemist.widgets.monitor",
+        "MonitorData": "alchemist.widgets.monitor",
+        "MonitoredJob": "alchemist.widgets.monitor",
+    },
+)
+
 
 __all__ = ["JobMonitor", "MonitorData", "MonitoredJob"]

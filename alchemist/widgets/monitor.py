@@ -24,7 +24,7 @@ handles kernel messages one after the other, so the whole monitor froze for seco
 in a real browser until that bundle was loaded (seen in the browser test). bqplot
 sends numpy arrays as binary buffers. Updates are incremental: every ``interval``
 seconds (about 7 per second by default) only the curves that gained points are re-sent,
-each as its downsampled view (:mod:`alchemist.widgets.downsample`: at most
+each as its downsampled view (:mod:`alchemist.metrics.downsample`: at most
 ``max_points`` points keeping first/last/extremes), never one message per point.
 
 Attaching to a long history costs what a chart shows, not what the job logged: the
@@ -58,13 +58,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from alchemist.jobdir import JobDir
+from alchemist.job.jobdir import JobDir
+from alchemist.job.spec import JobState, JobStatus
 from alchemist.metrics.attempts import AttemptTracker
+from alchemist.metrics.downsample import Series
+from alchemist.metrics.events import META_KEYS
 from alchemist.metrics.reader import MetricsOverview, MetricsReader
-from alchemist.metrics.reporter import META_KEYS
-from alchemist.spec import JobState, JobStatus
 from alchemist.widgets.diagnosis import bundle_link_html, diagnosis_html, error_html
-from alchemist.widgets.downsample import Series
 
 DEFAULT_INTERVAL = 0.15
 DEFAULT_MAX_POINTS = 2000

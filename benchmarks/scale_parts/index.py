@@ -92,9 +92,9 @@ def make_history(start: int, stop: int, *, running_every: int = 10_000) -> None:
     """Jobs ``start`` .. ``stop - 1`` of the current user: folders and rows."""
     from sqlalchemy import insert
 
-    from alchemist import config
-    from alchemist.jobdir import JobDir, atomic_write_json
-    from alchemist.spec import JobSpec
+    from alchemist.job import config
+    from alchemist.job.jobdir import JobDir, atomic_write_json
+    from alchemist.job.spec import JobSpec
     from alchemist.store import JobRow, get_store
 
     owner = config.current_user()

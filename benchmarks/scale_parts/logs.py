@@ -39,7 +39,7 @@ def _grow(path: Path, start: int, stop: int) -> None:
 
 def run(smoke: bool) -> list[Series]:
     from alchemist import client
-    from alchemist.spec import JobState
+    from alchemist.job.spec import JobState
     from scale_parts.index import _get, jupyter_server
 
     sizes = [100_000, 1_000_000] if smoke else [1_000_000, 10_000_000, 100_000_000, 1_000_000_000]

@@ -78,9 +78,9 @@ def run(smoke: bool) -> list[Series]:
     import tempfile
 
     from alchemist import client
+    from alchemist.job.spec import JobState
     from alchemist.metrics import summary as summaries
     from alchemist.metrics.reader import MetricsReader
-    from alchemist.spec import JobState
     from alchemist.widgets.monitor import JobMonitor
     from scale_parts.index import jupyter_server
 

@@ -30,7 +30,7 @@ import psutil
 from scale_parts.common import Series, pct, restore_env
 from scale_parts.index import jupyter_server
 
-#: Terminal job states (alchemist.spec.JobState).
+#: Terminal job states (alchemist.job.spec.JobState).
 TERMINAL = ("succeeded", "failed", "cancelled")
 #: How long one tiny job may take before it counts as failed.
 JOB_TIMEOUT_S = 120.0

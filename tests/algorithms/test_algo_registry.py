@@ -11,9 +11,9 @@ from algo_harness import RankCtx
 
 from alchemist.backends.horovod_launch import horovodrun_args
 from alchemist.errors import BackendError, SpecError
-from alchemist.jobdir import JobDir
+from alchemist.job.jobdir import JobDir
+from alchemist.job.spec import ALGORITHMS, JobSpec
 from alchemist.runtime import algorithms
-from alchemist.spec import ALGORITHMS, JobSpec
 
 ALONE = RankCtx(rank=0, world_size=1, local_rank=0)
 

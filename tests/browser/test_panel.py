@@ -294,7 +294,7 @@ def test_launch_a_two_worker_script_and_watch_it_succeed(page: Any, lab: Lab) ->
     panel.locator(".jp-Alchemist-message", has_text="unknown option(s) bucket_cap").wait_for()
     expect(options).to_have_attribute("aria-invalid", "true")
     options.fill("bucket_cap_mb=4\nstatic_graph=true")
-    # the fields the server's job options add (alchemist/options.py), with their defaults
+    # the fields the server's job options add (alchemist/job/options.py), with their defaults
     restarts = panel.locator("input[name=max_restarts]")
     expect(restarts).to_have_attribute("placeholder", "0")
     for name in ("image", "cpu", "memory"):
@@ -440,8 +440,8 @@ def test_panel_polls_only_while_visible(page: Any) -> None:
 
 ADD_OLD_JOBS = """
 import sys, time
-from alchemist import config
-from alchemist.spec import JobSpec
+from alchemist.job import config
+from alchemist.job.spec import JobSpec
 from alchemist.store import JobRecord, get_store
 
 n, now = int(sys.argv[1]), time.time()

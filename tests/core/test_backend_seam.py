@@ -17,7 +17,7 @@ from alchemist.backends import register_backend
 from alchemist.backends.api import DryRunInfo, JobRequest
 from alchemist.backends.local import LocalBackend
 from alchemist.errors import SpecError
-from alchemist.spec import ALGORITHMS, JobState
+from alchemist.job.spec import ALGORITHMS, JobState
 from alchemist.testing.fakes import (
     FailingBackend,
     InstantBackend,
@@ -74,8 +74,8 @@ def _backends(home: Path) -> list[Any]:
 def test_every_backend_runs_or_refuses_each_algorithm_in_one_line(
     algorithm: str, alchemist_home: Path
 ) -> None:
-    from alchemist.jobdir import JobDir
-    from alchemist.spec import JobSpec
+    from alchemist.job.jobdir import JobDir
+    from alchemist.job.spec import JobSpec
 
     for backend in _backends(alchemist_home):
         spec = JobSpec(workers=2, algorithm=algorithm, backend=backend.name)

@@ -8,7 +8,7 @@ import pytest
 from IPython.core.error import UsageError
 
 import alchemist
-from alchemist.spec import JobState
+from alchemist.job.spec import JobState
 
 CELL = """
 import torch

@@ -1,7 +1,7 @@
-"""Every entry point offers exactly the job options of the one table (alchemist.options).
+"""Every entry point offers exactly the job options of the one table (alchemist.job.options).
 
 The magic's parser, the CLI's ``submit`` parser, ``make_spec``'s keywords and the REST
-submit schema are each compared with :data:`alchemist.options.JOB_OPTIONS`: the same
+submit schema are each compared with :data:`alchemist.job.options.JOB_OPTIONS`: the same
 names for that entry point and the same defaults. (The REST root's ``job_options`` is
 checked against a real Jupyter server in ``tests/server/test_handlers.py``.)
 """
@@ -17,14 +17,15 @@ from typing import Any
 import pytest
 from IPython.core.magic_arguments import magic_arguments, parse_argstring
 
-from alchemist import cli, options
+from alchemist import cli
 from alchemist.client import make_spec
 from alchemist.errors import SpecError
+from alchemist.job import options
+from alchemist.job.algorithms import OPTIONS as ALGORITHM_OPTIONS
+from alchemist.job.options import JOB_OPTIONS, JobOption, options_for, options_from_args
+from alchemist.job.spec import ALGORITHMS, JobSpec, Resources
 from alchemist.magics import AlchemistMagics, _job_option_arguments
-from alchemist.options import JOB_OPTIONS, JobOption, options_for, options_from_args
-from alchemist.runtime.algorithms.options import OPTIONS as ALGORITHM_OPTIONS
 from alchemist.server.handlers import RouteError, _check_submit_body
-from alchemist.spec import ALGORITHMS, JobSpec, Resources
 
 #: Flags of the magic and the CLI that are about watching a job, not the job itself.
 MAGIC_ONLY = {"help", "detach", "dry_run", "max_output_lines", "no_widget"}
@@ -205,6 +206,8 @@ def test_the_table_imports_no_torch_or_ipython() -> None:
     import subprocess
     import sys
 
-    code = "import sys, alchemist.options; print(sorted({'torch', 'IPython'} & set(sys.modules)))"
+    code = (
+        "import sys, alchemist.job.options; print(sorted({'torch', 'IPython'} & set(sys.modules)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from alchemist import client, config
-from alchemist.jobdir import JobDir, make_private_dir
+from alchemist import client
+from alchemist.job import config
+from alchemist.job.jobdir import JobDir, make_private_dir
 from alchemist.testing.fakes import NeverStartsBackend
 from tests.core.helpers import as_nobody
 

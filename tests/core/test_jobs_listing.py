@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session
 
-from alchemist import client, config, jobindex
+from alchemist import client, jobindex
 from alchemist.errors import CursorError
-from alchemist.spec import JobSpec
+from alchemist.job import config
+from alchemist.job.spec import JobSpec
 from alchemist.store import JobRecord, MetaRow, get_store
 
 
@@ -143,7 +144,7 @@ def test_a_bad_page_cursor_is_a_clear_error() -> None:
 def test_another_users_job_directory_is_never_adopted() -> None:
     import json
 
-    from alchemist.jobdir import JobDir
+    from alchemist.job.jobdir import JobDir
 
     jd = JobDir(config.jobs_root() / "jbob0000001").create()
     jd.spec.write_text(json.dumps(JobSpec(name="bobs").to_dict()))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import alchemist
-from alchemist.spec import JobState
+from alchemist.job.spec import JobState
 
 CELL = """%%alchemist_distributed -n 2 --name survivor
 import time, alchemist

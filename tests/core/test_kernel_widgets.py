@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import alchemist
-from alchemist.spec import JobState
+from alchemist.job.spec import JobState
 from alchemist.tensorboard import stop_tensorboard
 from tests.conftest import processes_under
 

@@ -20,7 +20,7 @@ import pytest
 
 import alchemist
 from alchemist.backends.local.pool import state as pool_state
-from alchemist.spec import JobState
+from alchemist.job.spec import JobState
 from tests.conftest import processes_under
 
 CELL = """

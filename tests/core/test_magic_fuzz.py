@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from IPython.core.error import UsageError
 
-from alchemist.options import JOB_OPTIONS
+from alchemist.job.options import JOB_OPTIONS
 
 FLAGS = [f for o in JOB_OPTIONS if "magic" in o.entry_points for f in o.flags] + [
     "-o",

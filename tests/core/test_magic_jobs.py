@@ -11,7 +11,7 @@ import torch
 from IPython.core.error import UsageError
 
 import alchemist
-from alchemist.spec import JobState
+from alchemist.job.spec import JobState
 
 PREP = """
 import torch
@@ -232,7 +232,7 @@ def test_cancel_stops_every_process(ip: Any, alchemist_home: Any, start: str) ->
         time.sleep(0.2)
     running = {p.pid for p in processes_under(job.job_dir.root)}
     ranks = {int(f.read_text()) for f in job.job_dir.pids.glob("rank-*.pid")}
-    supervisor = int((job.job_dir.pids / "launcher.pid").read_text())
+    supervisor = int((job.job_dir.launcher_pid).read_text())
     assert len(ranks) == 2 and ranks | {supervisor} <= running
     # cold: torchrun too; warm: the ranks are the pool's
     assert ((job.job_dir.pids / "torchrun.pid").exists()) == (start == "cold")

@@ -13,9 +13,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from alchemist import client, outcomes
-from alchemist.jobdir import JobDir
-from alchemist.spec import JobState
+from alchemist import client
+from alchemist.job import outcomes
+from alchemist.job.jobdir import JobDir
+from alchemist.job.spec import JobState
 
 KILLED = """
 import os, signal, time
@@ -101,7 +102,7 @@ def test_work_finished_needs_every_rank_of_the_latest_attempt(tmp_path: Path) ->
     outcomes.record(jd, 0, 0, 0)
     outcomes.record(jd, 1, 0, 0)
     assert outcomes.work_finished(jd, 2)
-    (jd.root / "restarts").write_text("1")  # a restart began: attempt 0's records are old
+    (jd.restarts).write_text("1")  # a restart began: attempt 0's records are old
     assert not outcomes.work_finished(jd, 2)
     outcomes.record(jd, 0, 1, 0)
     outcomes.record(jd, 1, 1, 3)
@@ -137,7 +138,7 @@ def _wait_running(job: client.Job) -> None:
 
 
 def _kill_supervisor(job: client.Job) -> None:
-    pid = int((job.job_dir.pids / "launcher.pid").read_text())
+    pid = int((job.job_dir.launcher_pid).read_text())
     os.kill(pid, signal.SIGKILL)
     while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
         time.sleep(0.02)

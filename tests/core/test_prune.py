@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from alchemist import cli, client, config
-from alchemist.jobdir import JobDir
-from alchemist.spec import JobSpec, JobState
+from alchemist import cli, client
+from alchemist.job import config
+from alchemist.job.jobdir import JobDir
+from alchemist.job.spec import JobSpec, JobState
 from alchemist.store import JobRecord, get_store
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from alchemist import client
 from alchemist.errors import CapacityError
-from alchemist.spec import JobState
+from alchemist.job.spec import JobState
 
 HOLD = """
 import os, time

@@ -19,9 +19,9 @@ import torch
 
 import alchemist
 from alchemist.errors import CheckpointError
-from alchemist.jobdir import JobDir
+from alchemist.job.jobdir import JobDir
+from alchemist.job.spec import JobState
 from alchemist.runtime.context import context
-from alchemist.spec import JobState
 
 OPT_OUT = "if you trust the file, call alchemist.restore(weights_only=False)"
 

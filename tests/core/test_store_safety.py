@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine
 
-from alchemist import client, config, store
+from alchemist import client, store
+from alchemist.job import config
 from alchemist.store import (
     JobStore,
     filesystem_type,

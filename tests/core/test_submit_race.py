@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from alchemist import client
-from alchemist.spec import JobState
+from alchemist.job.spec import JobState
 
 
 def test_a_job_indexed_by_a_listing_mid_submit_is_submitted_once(

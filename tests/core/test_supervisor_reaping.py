@@ -16,7 +16,7 @@ import psutil
 
 from alchemist import client
 from alchemist.backends.local.procs import read_pid
-from alchemist.spec import JobState
+from alchemist.job.spec import JobState
 
 
 def _ended(pid: int) -> bool:
@@ -33,7 +33,7 @@ def test_jobs_watched_to_their_end_leave_no_zombie_supervisors() -> None:
         job = client.submit("x = 1", name=f"reap-{i}", namespace={}, workers=1)
         # What the panel does: follow the job until its state is final, then stop.
         assert job.wait(timeout=120).state == JobState.SUCCEEDED
-        pid = read_pid(job.job_dir.pids / "launcher.pid")
+        pid = read_pid(job.job_dir.launcher_pid)
         assert pid is not None
         supervisors.append(pid)
     deadline = time.monotonic() + 60

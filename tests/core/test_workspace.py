@@ -18,7 +18,7 @@ import pytest
 from alchemist import client
 from alchemist.bundle import build_bundle
 from alchemist.errors import BundleError
-from alchemist.spec import JobState
+from alchemist.job.spec import JobState
 
 
 @pytest.fixture

@@ -22,10 +22,11 @@ import pytest
 from IPython.core.error import UsageError
 
 from alchemist import cli, client
-from alchemist.diagnosis import bundle, hooks, recorder, stacks
+from alchemist.diagnosis import bundle, stacks
 from alchemist.errors import AlchemistError
-from alchemist.jobdir import JobDir
-from alchemist.spec import JobState
+from alchemist.job.jobdir import JobDir
+from alchemist.job.spec import JobState
+from alchemist.runtime import hooks, recorder
 from tests.diagnosis.helpers import diagnose_until, line_of, logged, wait_for
 
 STUCK = """

@@ -17,11 +17,12 @@ import pytest
 from alchemist import cli, client
 from alchemist.backends.launch import worker_env
 from alchemist.client import make_spec
-from alchemist.diagnosis import collect, hooks, recorder, stacks
+from alchemist.diagnosis import collect, stacks
 from alchemist.errors import SpecError
-from alchemist.jobdir import JobDir
-from alchemist.options import check_body_types, describe_options
-from alchemist.spec import JobState
+from alchemist.job.jobdir import JobDir
+from alchemist.job.options import check_body_types, describe_options
+from alchemist.job.spec import JobState
+from alchemist.runtime import hooks, recorder
 from tests.diagnosis.helpers import logged, wait_for
 
 DESYNC = """

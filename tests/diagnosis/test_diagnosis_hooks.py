@@ -1,7 +1,7 @@
 """The rank hooks and the stack collector on real processes (no torch, no torchrun).
 
 Real parts: each test starts a real Python process that installs the real hooks
-(``alchemist.diagnosis.hooks.install``) into a real job directory; stacks are asked
+(``alchemist.runtime.hooks.install``) into a real job directory; stacks are asked
 for with a real ``SIGUSR1`` by ``alchemist.diagnosis.collect`` and parsed from what
 faulthandler wrote; waits poll for a condition with a deadline. One stand-in: the
 liveness test writes torchrun's failure report into the launcher log by hand (in
@@ -22,14 +22,15 @@ from typing import Any
 import psutil
 import pytest
 
-from alchemist.diagnosis import collect, hooks, stacks
-from alchemist.jobdir import JobDir
+from alchemist.diagnosis import collect, stacks
+from alchemist.job.jobdir import JobDir
+from alchemist.runtime import hooks
 
 HEADER = """
 import os, sys, threading, time
 from pathlib import Path
-from alchemist.diagnosis import hooks
-from alchemist.jobdir import JobDir
+from alchemist.runtime import hooks
+from alchemist.job.jobdir import JobDir
 job_dir = JobDir(Path(sys.argv[1]))
 hooks.install(job_dir, 0)
 """
@@ -252,7 +253,7 @@ def test_liveness_from_pid_files_processes_and_records(tmp_path: Path) -> None:
     """Rank 0 runs (a real process naming the job directory, as ranks do), rank 1's
     process is gone with torchrun's report of its SIGKILL in the launcher log, rank 2
     recorded that its code finished, rank 3 never started."""
-    from alchemist import outcomes
+    from alchemist.job import outcomes
 
     job_dir = JobDir(tmp_path / "job").create()
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)", str(job_dir.root)]

@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 
 from alchemist import cli, client
-from alchemist.diagnosis import hooks, progress, report
-from alchemist.spec import JobState
+from alchemist.diagnosis import progress, report
+from alchemist.job.spec import JobState
+from alchemist.runtime import hooks
 from tests.diagnosis.helpers import MISSING, diagnose_until, line_of, logged, wait_for
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from alchemist.diagnosis import progress
 from alchemist.diagnosis.progress import RankProgress, assess, format_ranks
-from alchemist.jobdir import JobDir
+from alchemist.job.jobdir import JobDir
 from alchemist.metrics.reporter import Reporter
 
 

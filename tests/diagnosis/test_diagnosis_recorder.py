@@ -18,7 +18,7 @@ from typing import Any
 
 from alchemist import client
 from alchemist.diagnosis import report
-from alchemist.spec import JobState
+from alchemist.job.spec import JobState
 from tests.diagnosis.helpers import diagnose_until, line_of, logged, wait_for
 
 NUMBERED = """

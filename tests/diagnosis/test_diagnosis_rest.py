@@ -22,7 +22,7 @@ import pytest
 
 from alchemist.backends.local.procs import read_pid
 from alchemist.diagnosis import collect
-from alchemist.jobdir import JobDir
+from alchemist.job.jobdir import JobDir
 from alchemist.store import get_store
 from tests.diagnosis.helpers import STOPPED
 from tests.server.jobs import Api, make_record

@@ -27,9 +27,10 @@ import pytest
 
 from alchemist import client
 from alchemist.backends.local.procs import read_pid
-from alchemist.diagnosis import collect, hooks, stacks
-from alchemist.jobdir import JobDir
-from alchemist.spec import JobState
+from alchemist.diagnosis import collect, stacks
+from alchemist.job.jobdir import JobDir
+from alchemist.job.spec import JobState
+from alchemist.runtime import hooks
 from tests.core.helpers import as_nobody
 from tests.diagnosis.helpers import diagnose_until, line_of, logged, wait_for
 
@@ -136,7 +137,7 @@ def test_a_stuck_job_s_ranks_answer_on_their_sockets_with_every_thread(
         with socket.socket(socket.AF_UNIX) as s:
             s.connect(str(path))
             pid, uid, _ = hooks.peer_credentials(s)
-        assert (pid, uid) == (read_pid(job.job_dir.pids / f"rank-{rank}.pid"), os.getuid())
+        assert (pid, uid) == (read_pid(job.job_dir.rank_pid(rank)), os.getuid())
 
     # The ranks' code ends: their sockets go with them.
     release.touch()
@@ -267,7 +268,7 @@ def test_a_rank_with_no_usable_socket_folder_says_so_and_still_answers_the_signa
     job_dir = JobDir(tmp_path / "job").create()
     script = (
         "import sys, time\nfrom pathlib import Path\n"
-        "from alchemist.diagnosis import hooks\nfrom alchemist.jobdir import JobDir\n"
+        "from alchemist.runtime import hooks\nfrom alchemist.job.jobdir import JobDir\n"
         "hooks.install(JobDir(Path(sys.argv[1])), 0)\nprint('up', flush=True)\n"
         "time.sleep(60)\n"
     )
@@ -302,7 +303,7 @@ def test_asking_a_rank_while_it_imports_torch_does_not_break_the_import(
     job_dir = JobDir(tmp_path / "job").create()
     script = (
         "import sys\nfrom pathlib import Path\n"
-        "from alchemist.diagnosis import hooks\nfrom alchemist.jobdir import JobDir\n"
+        "from alchemist.runtime import hooks\nfrom alchemist.job.jobdir import JobDir\n"
         "hooks.install(JobDir(Path(sys.argv[1])), 0)\nprint('up', flush=True)\n"
         "import torch.distributed\nprint('imported', flush=True)\n"
     )

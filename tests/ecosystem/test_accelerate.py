@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from IPython.core.error import UsageError
 
-from alchemist.spec import JobState
+from alchemist.job.spec import JobState
 
 from .helpers import only_job, steps_of
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from IPython.core.error import UsageError
 
-from alchemist.spec import JobState
+from alchemist.job.spec import JobState
 
 from .helpers import only_job, steps_of
 
@@ -89,7 +89,7 @@ def test_a_trainer_that_cannot_run_in_a_job_fails_in_one_line_naming_the_fix(
 
 def test_the_trainer_is_left_alone_outside_a_job(monkeypatch: pytest.MonkeyPatch) -> None:
     """In the plain kernel (the prototype) the keywords pass through unchanged."""
-    from alchemist.integrations.lightning import check_and_adjust
+    from alchemist.runtime.integrations.lightning import check_and_adjust
 
     monkeypatch.delenv("ALCHEMIST_JOB_ID", raising=False)
     kwargs = {"strategy": "ddp_notebook", "devices": 2}

@@ -10,7 +10,7 @@ import pytest
 
 import alchemist
 from alchemist import cli
-from alchemist.spec import JobState
+from alchemist.job.spec import JobState
 
 SCRIPT = """
 import argparse, os, sys

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from alchemist.spec import JobState
+from alchemist.job.spec import JobState
 
 from .helpers import only_job, steps_of
 

@@ -170,8 +170,8 @@ def backend_as(tenant: Tenant, home: Path, monkeypatch: pytest.MonkeyPatch, api_
 def job_request(home: Path, owner: str, job_id: str) -> Any:
     """A two-worker job of ``owner`` with its directory under ``home``."""
     from alchemist.backends.api import JobRequest
-    from alchemist.jobdir import JobDir
-    from alchemist.spec import JobSpec
+    from alchemist.job.jobdir import JobDir
+    from alchemist.job.spec import JobSpec
 
     jd = JobDir(home / "jobs" / job_id).create()
     return JobRequest(job_id, owner, JobSpec(name="t", workers=2, backend="kubernetes"), jd)

@@ -83,9 +83,9 @@ def main(builder: str, tag: str, host_volume: str) -> None:
 
     from alchemist.backends.api import JobRequest
     from alchemist.bundle import build_bundle, write_bundle
-    from alchemist.config import jobs_root
-    from alchemist.jobdir import JobDir, atomic_write_json
-    from alchemist.spec import JobSpec
+    from alchemist.job.config import jobs_root
+    from alchemist.job.jobdir import JobDir, atomic_write_json
+    from alchemist.job.spec import JobSpec
 
     os.environ["ALCHEMIST_HOME"] = mount
     try:

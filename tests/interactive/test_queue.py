@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from alchemist import client
-from alchemist.spec import JobState
+from alchemist.job.spec import JobState
 from tests.interactive.conftest import wait_for
 
 HOLD = """

@@ -171,4 +171,4 @@ def test_interrupt_while_a_rank_waits_in_a_collective(started: Any, capsys: Any)
 def _rank_pids(s: Any) -> list[int]:
     from alchemist.backends.local.procs import read_pid
 
-    return [read_pid(s.job_dir.pids / f"rank-{r}.pid") for r in s.ranks]
+    return [read_pid(s.job_dir.rank_pid(r)) for r in s.ranks]

@@ -108,7 +108,7 @@ def test_a_killed_rank_breaks_the_session_and_stops_the_other(started: Any) -> N
     from alchemist.interactive import SessionBroken
 
     s = started(2)
-    pids = [read_pid(s.job_dir.pids / f"rank-{r}.pid") for r in s.ranks]
+    pids = [read_pid(s.job_dir.rank_pid(r)) for r in s.ranks]
     os.kill(pids[1], signal.SIGKILL)
     wait_for(lambda: s.job_dir.read_state().get("state") == "failed", 30, "the session to break")
     reason = s.job_dir.read_state()["reason"]
@@ -127,7 +127,7 @@ def test_an_idle_session_is_stopped(started: Any) -> None:
     from alchemist.interactive import SessionError
 
     s = started(2, idle_timeout=2)
-    pids = [read_pid(s.job_dir.pids / f"rank-{r}.pid") for r in s.ranks]
+    pids = [read_pid(s.job_dir.rank_pid(r)) for r in s.ranks]
     wait_for(lambda: s.job_dir.read_state().get("state") == "cancelled", 60, "the idle stop")
     assert "--idle-timeout" in s.job_dir.read_state()["reason"]
     wait_for(lambda: not any(psutil.pid_exists(p) for p in pids), 15, "the ranks to end")

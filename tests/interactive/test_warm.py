@@ -29,7 +29,7 @@ def _parents(s: Any) -> set[str]:
     """What started the session's engines: the module each one's parent runs."""
     out = set()
     for r in s.ranks:
-        pid = int((s.job_dir.pids / f"rank-{r}.pid").read_text())
+        pid = int((s.job_dir.rank_pid(r)).read_text())
         parent = psutil.Process(pid).parent()
         assert parent is not None
         out.add(" ".join(parent.cmdline()[1:3]))

@@ -95,9 +95,9 @@ def _needs_volume(backend: Any) -> None:
 def _request(job_id: str, source: str, workers: int = 2, **spec: Any) -> Any:
     from alchemist.backends.api import JobRequest
     from alchemist.bundle import build_bundle, write_bundle
-    from alchemist.config import jobs_root
-    from alchemist.jobdir import JobDir, atomic_write_json
-    from alchemist.spec import JobSpec
+    from alchemist.job.config import jobs_root
+    from alchemist.job.jobdir import JobDir, atomic_write_json
+    from alchemist.job.spec import JobSpec
 
     s = JobSpec(name="k8s-test", workers=workers, backend="kubernetes", **spec)
     jd = JobDir(jobs_root() / job_id).create()
@@ -133,8 +133,8 @@ def test_server_side_dry_run_accepts_the_manifests(
     from kubernetes import client
 
     from alchemist.backends.api import JobRequest
-    from alchemist.jobdir import JobDir
-    from alchemist.spec import JobSpec, Resources
+    from alchemist.job.jobdir import JobDir
+    from alchemist.job.spec import JobSpec, Resources
 
     backend.image = backend.image or "busybox"
     backend.pvc = backend.pvc or "alchemist-home"
@@ -158,7 +158,7 @@ def test_server_side_dry_run_accepts_the_manifests(
 
 
 def test_job_runs_to_success(backend: Any, cleanup: list[Any]) -> None:
-    from alchemist.spec import JobState
+    from alchemist.job.spec import JobState
 
     _needs_volume(backend)
     source = (
@@ -178,7 +178,7 @@ def test_job_runs_to_success(backend: Any, cleanup: list[Any]) -> None:
 
 
 def test_unschedulable_reason_then_cancel(backend: Any, cleanup: list[Any]) -> None:
-    from alchemist.spec import JobState, Resources
+    from alchemist.job.spec import JobState, Resources
 
     _needs_volume(backend)
     req = _request(f"jreal{os.getpid():x}b", "pass\n", workers=1, resources=Resources(gpus=4096))

@@ -20,8 +20,8 @@ import pytest
 
 import alchemist.backends as backends_registry
 from alchemist.backends.kubernetes import KubernetesBackend
-from alchemist.diagnosis import hooks
-from alchemist.spec import JobState
+from alchemist.job.spec import JobState
+from alchemist.runtime import hooks
 from tests.diagnosis.helpers import MISSING, diagnose_until, line_of, logged, wait_for
 from tests.kubernetes.k8s_standin import Kubelet, StandinApiServer, standin_backend
 

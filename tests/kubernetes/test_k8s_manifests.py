@@ -22,8 +22,8 @@ from alchemist.backends.api import JobRequest
 from alchemist.backends.kubernetes import ENV_VARS, KubernetesBackend, slugs
 from alchemist.errors import BackendError, SpecError
 from alchemist.interactive.jobs import session_spec
-from alchemist.jobdir import JobDir
-from alchemist.spec import JobSpec, Resources
+from alchemist.job.jobdir import JobDir
+from alchemist.job.spec import JobSpec, Resources
 
 GOLDEN = Path(__file__).parent / "golden"
 K8S_VERSION = "1.33.0"
@@ -332,8 +332,8 @@ def test_dry_run_does_not_import_the_client(tmp_path: Path) -> None:
         "from pathlib import Path\n"
         "from alchemist.backends import get_backend\n"
         "from alchemist.backends.api import JobRequest\n"
-        "from alchemist.jobdir import JobDir\n"
-        "from alchemist.spec import JobSpec\n"
+        "from alchemist.job.jobdir import JobDir\n"
+        "from alchemist.job.spec import JobSpec\n"
         "b = get_backend('kubernetes')\n"
         f"jd = JobDir(Path({str(tmp_path)!r}) / 'jobs' / 'j1')\n"
         "info = b.dryrun(JobRequest('j1', 'u', JobSpec(workers=2, backend='kubernetes'), jd))\n"

@@ -25,8 +25,8 @@ from traitlets.config import Config
 from alchemist.backends.api import JobRequest
 from alchemist.backends.kubernetes import KubernetesBackend, slugs
 from alchemist.errors import BackendError, JobNotFoundError
-from alchemist.jobdir import JobDir
-from alchemist.spec import JobSpec, JobState, Resources
+from alchemist.job.jobdir import JobDir
+from alchemist.job.spec import JobSpec, JobState, Resources
 from tests.kubernetes.k8s_standin import Kubelet, StandinApiServer, standin_backend
 
 Env = tuple[KubernetesBackend, Kubelet, StandinApiServer]

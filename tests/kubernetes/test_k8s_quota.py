@@ -35,8 +35,8 @@ from alchemist.backends.kubernetes.quota import (
     pod_amounts,
 )
 from alchemist.errors import CapacityError, SpecError
-from alchemist.jobdir import JobDir
-from alchemist.spec import JobSpec, JobState, Resources
+from alchemist.job.jobdir import JobDir
+from alchemist.job.spec import JobSpec, JobState, Resources
 from tests.kubernetes.k8s_standin import Kubelet, StandinApiServer, standin_backend
 
 REPO = Path(__file__).resolve().parents[2]

@@ -30,8 +30,8 @@ import alchemist.backends as backends_registry
 from alchemist.backends.api import JobRequest
 from alchemist.backends.kubernetes import KubernetesBackend, slugs
 from alchemist.bundle import build_bundle, write_bundle
-from alchemist.jobdir import JobDir, atomic_write_json
-from alchemist.spec import JobSpec, JobState
+from alchemist.job.jobdir import JobDir, atomic_write_json
+from alchemist.job.spec import JobSpec, JobState
 from tests.kubernetes.k8s_standin import (
     COMPLETION_INDEX,
     Kubelet,

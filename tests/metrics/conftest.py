@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from alchemist.backends.api import LogChunk
-from alchemist.jobdir import JobDir
+from alchemist.job.jobdir import JobDir
+from alchemist.job.spec import JobState, JobStatus
 from alchemist.metrics.tail import read_lines
-from alchemist.spec import JobState, JobStatus
 from tests.conftest import processes_under
 from tests.metrics.lab_helpers import (
     CHROMIUM,
@@ -63,7 +63,7 @@ def finished_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 WRITER = r"""
 import sys, time
 from pathlib import Path
-from alchemist.jobdir import JobDir
+from alchemist.job.jobdir import JobDir
 from alchemist.metrics.reporter import Reporter
 root, n, pause = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 log = open(JobDir(root).rank_log(0), "a", buffering=1)

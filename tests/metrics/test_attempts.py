@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from alchemist import client
-from alchemist.jobdir import JobDir
+from alchemist.job.jobdir import JobDir
+from alchemist.job.spec import JobState
 from alchemist.metrics.attempts import surviving
 from alchemist.metrics.reader import MetricsReader
 from alchemist.metrics.reporter import Reporter
 from alchemist.metrics.tbwriter import catch_up
-from alchemist.spec import JobState
 from alchemist.widgets.monitor import MonitorData
 
 from .test_tbwriter import scalars

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from IPython.utils.capture import capture_output
 
-from alchemist.spec import JobState
-from alchemist.widgets.downsample import Series, minmax_downsample
+from alchemist.job.spec import JobState
+from alchemist.metrics.downsample import Series, minmax_downsample
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 

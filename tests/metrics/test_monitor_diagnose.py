@@ -28,7 +28,7 @@ from IPython.utils.capture import capture_output
 
 from alchemist import client
 from alchemist.diagnosis import progress
-from alchemist.spec import JobState
+from alchemist.job.spec import JobState
 from alchemist.widgets.diagnosis import diagnosis_html
 from tests.diagnosis.helpers import MISSING, line_of, logged, stopped_job, wait_for
 from tests.metrics.lab_helpers import OUTPUT, POINTS_JS, open_and_run, wait_for_monitor

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from alchemist.errors import CursorError
-from alchemist.jobdir import JobDir
+from alchemist.job.jobdir import JobDir
 from alchemist.metrics.reader import (
     MetricsReader,
     events_to_dataframe,
@@ -153,7 +153,7 @@ def test_events_reach_the_file_without_flush(tmp_path: Path) -> None:
 _FORKER = r"""
 import os, sys
 from pathlib import Path
-from alchemist.jobdir import JobDir
+from alchemist.job.jobdir import JobDir
 from alchemist.metrics.reporter import Reporter
 rep = Reporter(JobDir(Path(sys.argv[1])), rank=0, tensorboard=False, write_interval=60)
 rep.log(0, loss=1.0)
@@ -196,7 +196,7 @@ def test_partial_line_is_held_back_until_complete(tmp_path: Path) -> None:
 _WRITER = r"""
 import sys, time
 from pathlib import Path
-from alchemist.jobdir import JobDir
+from alchemist.job.jobdir import JobDir
 from alchemist.metrics.reporter import Reporter
 root, rank, n = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 rep = Reporter(JobDir(root), job_id="j-conc", rank=rank, tensorboard=False)
@@ -369,7 +369,7 @@ def test_the_byte_budget_is_shared_fairly_between_ranks(tmp_path: Path) -> None:
 _RANK_WRITER = r"""
 import sys, time
 from pathlib import Path
-from alchemist.jobdir import JobDir
+from alchemist.job.jobdir import JobDir
 from alchemist.metrics.reporter import Reporter
 root, rank, n = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 rep = Reporter(JobDir(root), job_id="j-ranks", rank=rank, tensorboard=False)

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 from alchemist.backends.api import LogChunk
-from alchemist.jobdir import JobDir
+from alchemist.job.jobdir import JobDir
+from alchemist.job.spec import JobState, JobStatus
 from alchemist.metrics import summary as summaries
 from alchemist.metrics.attempts import surviving
 from alchemist.metrics.reader import MetricsReader
 from alchemist.metrics.tail import read_lines
-from alchemist.spec import JobState, JobStatus
 
 
 def event(rank: int, step: int, attempt: int = 0, **values: float) -> str:

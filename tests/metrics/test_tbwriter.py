@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from alchemist.jobdir import JobDir
+from alchemist.job.jobdir import JobDir
 from alchemist.metrics.reporter import Reporter
 from alchemist.metrics.tbwriter import catch_up
 
@@ -99,7 +99,7 @@ def test_catch_up_goes_on_from_a_cursor_of_an_earlier_version(tmp_path: Path) ->
 _WORKER = r"""
 import sys, time
 from pathlib import Path
-from alchemist.jobdir import JobDir
+from alchemist.job.jobdir import JobDir
 from alchemist.metrics.reporter import Reporter
 rep = Reporter(JobDir(Path(sys.argv[1])), rank=0, tb_flush_secs=0.2)
 for i in range(5):

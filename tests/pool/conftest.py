@@ -13,7 +13,7 @@ import pytest
 from alchemist import client
 from alchemist.backends.local.pool import client as pool_client
 from alchemist.backends.local.pool import state
-from alchemist.spec import JobState
+from alchemist.job.spec import JobState
 
 
 @pytest.fixture

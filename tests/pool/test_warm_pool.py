@@ -19,7 +19,7 @@ import pytest
 from alchemist import client
 from alchemist.backends.local.pool import client as pool_client
 from alchemist.backends.local.pool import state
-from alchemist.spec import JobState
+from alchemist.job.spec import JobState
 from tests.conftest import processes_under
 from tests.pool.conftest import started
 

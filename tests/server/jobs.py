@@ -7,8 +7,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from alchemist.jobdir import JobDir
-from alchemist.spec import JobSpec
+from alchemist.job.jobdir import JobDir
+from alchemist.job.spec import JobSpec
 from alchemist.store import JobRecord, get_store
 
 #: The Jupyter server's user in these tests (JUPYTERHUB_USER).
@@ -31,8 +31,8 @@ def make_record(
     This is a job as it looks after it ran: the handlers read it through the same
     client API as a live one (a terminal job is not asked of the backend again).
     """
-    from alchemist import config
     from alchemist.client import new_job_id
+    from alchemist.job import config
 
     job_id = new_job_id()
     job_dir = JobDir(config.jobs_root() / job_id).create()

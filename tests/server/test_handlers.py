@@ -77,8 +77,8 @@ async def test_root_says_version_backends_and_algorithm_options(api: Api) -> Non
 
 async def test_root_lists_the_job_options_algorithms_and_states_the_form_needs(api: Api) -> None:
     """The panel builds its form from this: exactly the table's REST options."""
-    from alchemist.options import options_for
-    from alchemist.spec import ALGORITHMS, JobState
+    from alchemist.job.options import options_for
+    from alchemist.job.spec import ALGORITHMS, JobState
 
     code, body = await api("GET")
     assert code == 200

@@ -37,8 +37,8 @@ from alchemist.backends.kubernetes.status import (
     status_from_objects,
 )
 from alchemist.errors import BackendError, JobNotFoundError
-from alchemist.interactive.layout import SESSION_ENTRY, SessionDir, read_stop
-from alchemist.spec import JobState, JobStatus
+from alchemist.job.session import SESSION_ENTRY, SessionDir, read_stop
+from alchemist.job.spec import JobState, JobStatus
 
 
 def _client() -> tuple[Any, Any, type[Exception]]:
@@ -514,7 +514,7 @@ def _rank_failure(req: JobRequest) -> str | None:
     The pod's own log holds only the launcher's output (each rank writes its own log in
     the job directory), so the ranks' logs say best what went wrong.
     """
-    from alchemist.outcomes import failure_reason
+    from alchemist.job.outcomes import failure_reason
 
     reason = failure_reason(req.job_dir, None)
     return reason if reason.startswith("rank ") else None

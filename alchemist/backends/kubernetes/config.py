@@ -181,7 +181,7 @@ class KubernetesConfig(LoggingConfigurable):
 
     @default("mount_path")
     def _default_mount_path(self) -> str:
-        from alchemist.config import home
+        from alchemist.job.config import home
 
         return str(home())
 

@@ -32,9 +32,10 @@ from typing import Any
 from alchemist.backends.kubernetes import slugs
 from alchemist.backends.launch import runtime_args, torchrun_args, worker_env
 from alchemist.errors import BackendError
-from alchemist.interactive.layout import SESSION_ENTRY
-from alchemist.jobdir import JobDir
-from alchemist.spec import JobSpec
+from alchemist.job.algorithms import needs_own_launcher
+from alchemist.job.jobdir import JobDir
+from alchemist.job.session import SESSION_ENTRY
+from alchemist.job.spec import RANK_ENTRIES, JobSpec
 
 LABEL_JOB_ID = "alchemist.dev/job-id"
 LABEL_OWNER = "alchemist.dev/owner"
@@ -129,13 +130,12 @@ def make_worker_command(
         return [
             "python",
             "-m",
-            "alchemist.interactive.engine",
-            str(job_dir.root),
-            "$(JOB_COMPLETION_INDEX)",
+            RANK_ENTRIES[SESSION_ENTRY].module,
+            *RANK_ENTRIES[SESSION_ENTRY].argv(str(job_dir.root), "$(JOB_COMPLETION_INDEX)"),
             f"--master-addr={master_address(job_id)}",
             f"--master-port={settings.master_port}",
         ]
-    if spec.algorithm == "horovod":
+    if needs_own_launcher(spec.algorithm):
         # Horovod's own gloo rendezvous, run by pod 0; each pod starts its ranks as
         # horovodrun would (alchemist.backends.horovod_pod).
         return [

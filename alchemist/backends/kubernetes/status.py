@@ -11,7 +11,7 @@ from typing import Any
 
 from alchemist.backends.kubernetes.manifests import ANNOTATION_COMPLETION_INDEX, CONTAINER_NAME
 from alchemist.errors import BackendError
-from alchemist.spec import JobState, JobStatus
+from alchemist.job.spec import JobState, JobStatus
 
 #: container waiting reasons that will not fix themselves; shown with a hint
 _STUCK_WAITING = {

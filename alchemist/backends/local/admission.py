@@ -34,7 +34,7 @@ from pathlib import Path
 
 import psutil
 
-from alchemist.jobdir import atomic_write_json
+from alchemist.job.jobdir import atomic_write_json
 
 LOCK_FILE = ".lock"
 

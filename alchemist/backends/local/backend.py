@@ -15,12 +15,10 @@ import sys
 import time
 from typing import Any
 
-from alchemist import outcomes
 from alchemist.backends.api import Backend, DryRunInfo, JobRequest, format_command
 from alchemist.backends.launch import LOOPBACK, local_launcher_args, runtime_args, worker_env
 from alchemist.backends.local.admission import Capacity
 from alchemist.backends.local.procs import (
-    CANCEL_MARKER,
     alive,
     job_processes,
     read_pid,
@@ -28,8 +26,10 @@ from alchemist.backends.local.procs import (
     terminate,
 )
 from alchemist.errors import CapacityError, JobNotFoundError
-from alchemist.jobdir import atomic_write_json
-from alchemist.spec import JobSpec, JobState, JobStatus
+from alchemist.job import outcomes
+from alchemist.job.algorithms import needs_own_launcher
+from alchemist.job.jobdir import atomic_write_json
+from alchemist.job.spec import JobSpec, JobState, JobStatus
 
 #: How long a submitted job may have no state before we call its launcher lost.
 _START_GRACE_S = 30.0
@@ -94,7 +94,7 @@ class LocalBackend(Backend):
 
     def _command(self, req: JobRequest) -> list[str]:
         spec = req.spec
-        if spec.algorithm == "horovod":
+        if needs_own_launcher(spec.algorithm):
             from alchemist.backends.horovod_launch import horovod_argv
 
             return horovod_argv(spec, req.job_dir)
@@ -157,7 +157,7 @@ class LocalBackend(Backend):
             "max_restarts": req.spec.max_restarts,
             # Fork the ranks from the user's warm pool where it matches this environment
             # (the supervisor decides at start: alchemist.backends.local.warm).
-            "warm": not req.spec.no_warm and req.spec.algorithm != "horovod",
+            "warm": not req.spec.no_warm and not needs_own_launcher(req.spec.algorithm),
             "admission": adm,
         }
         cap = adm["capacity"]
@@ -203,7 +203,7 @@ class LocalBackend(Backend):
 
     def _schedule(self, req: JobRequest, info: DryRunInfo) -> None:
         jd = req.job_dir
-        atomic_write_json(jd.root / "launch.json", info.request)
+        atomic_write_json(jd.launch, info.request)
         self._reap()
         self._children[req.job_id] = start_supervisor(
             "alchemist.backends.local.supervisor", jd.root, jd.launcher_log
@@ -227,9 +227,9 @@ class LocalBackend(Backend):
             raise JobNotFoundError(f"job {req.job_id} has no job directory at {jd.root}")
         self._reap()
         st = jd.read_state() or {}
-        restarts = _read_int(jd.root / "restarts")
+        restarts = _read_int(jd.restarts)
         state = JobState(st["state"]) if "state" in st else JobState.PENDING
-        launcher = read_pid(jd.pids / "launcher.pid")
+        launcher = read_pid(jd.launcher_pid)
         if not state.is_terminal and not alive(launcher):
             # Re-read: the launcher may have finished between the two reads.
             st = jd.read_state() or {}
@@ -282,8 +282,8 @@ class LocalBackend(Backend):
             raise JobNotFoundError(f"job {req.job_id} has no job directory at {jd.root}")
         if self.status(req).state.is_terminal:
             return
-        (jd.root / CANCEL_MARKER).touch()
-        launcher = read_pid(jd.pids / "launcher.pid")
+        jd.cancel_marker.touch()
+        launcher = read_pid(jd.launcher_pid)
         deadline = time.time() + 15
         # The supervisor sees the marker within 0.2 s, stops the workers and records the
         # cancel; if it cannot (killed, hung), we stop everything ourselves.

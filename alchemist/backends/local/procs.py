@@ -10,9 +10,6 @@ from pathlib import Path
 
 import psutil
 
-#: File in the job directory that asks the supervisor to cancel the job.
-CANCEL_MARKER = "cancel-requested"
-
 
 def spawn_logged(
     args: list[str],

@@ -7,7 +7,7 @@ in the machine's queue until the job fits (state ``queued``, with the reason;
 ``launch.json`` by the dry run (on the GPUs it was granted), enforces the timeout,
 turns SIGTERM into a clean cancel, and writes the final state to ``state.json``. The
 final state is the work's: when every rank recorded that its code finished
-(:mod:`alchemist.outcomes`), a non-zero exit of torchrun (a rank aborting in
+(:mod:`alchemist.job.outcomes`), a non-zero exit of torchrun (a rank aborting in
 interpreter teardown) does not fail the job; a failure names the rank that died first.
 It imports neither torch nor the job store, so it starts in milliseconds.
 """
@@ -24,15 +24,15 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from alchemist import outcomes
 from alchemist.backends.local import admission, warm
-from alchemist.backends.local.procs import CANCEL_MARKER, job_processes, terminate
-from alchemist.jobdir import JobDir
+from alchemist.backends.local.procs import job_processes, terminate
+from alchemist.job import outcomes
+from alchemist.job.jobdir import JobDir
 
 
 def main(argv: list[str]) -> int:
     job_dir = JobDir(Path(argv[0]))
-    request = json.loads((job_dir.root / "launch.json").read_text())
+    request = json.loads(job_dir.launch.read_text())
     timeout = request.get("timeout")
     cancelled = False
 
@@ -58,7 +58,7 @@ def main(argv: list[str]) -> int:
             warm_final = None
             if request.get("warm"):
                 warm_final = warm.run(
-                    job_dir, request, env, timeout, lambda: cancelled, CANCEL_MARKER, CANCEL_GRACE_S
+                    job_dir, request, env, timeout, lambda: cancelled, CANCEL_GRACE_S
                 )
             final = warm_final or _run(job_dir, request, env, timeout, lambda: cancelled)
     finally:
@@ -104,7 +104,7 @@ def wait_for_admission(
         got = queue.try_admit(job_dir.job_id)
         if not isinstance(got, admission.Wait):
             return got
-        if cancelled() or (job_dir.root / CANCEL_MARKER).exists():
+        if cancelled() or job_dir.cancel_marker.exists():
             return None
         if got.reason != shown:
             shown = got.reason
@@ -170,7 +170,7 @@ def _run(
         if time.time() >= look:
             look = time.time() + 1.0
             late = outcomes.teardown_overdue(job_dir, world)
-        if cancelled_() or (job_dir.root / CANCEL_MARKER).exists():
+        if cancelled_() or job_dir.cancel_marker.exists():
             cancelled = True
             reason = "cancelled by the user"
         elif timeout and time.time() - started > timeout:

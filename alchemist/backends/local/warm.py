@@ -17,11 +17,11 @@ from typing import Any
 
 import psutil
 
-from alchemist import outcomes
 from alchemist.backends.local.pool import client
 from alchemist.backends.local.pool.protocol import Lines, encode
 from alchemist.backends.local.procs import terminate
-from alchemist.jobdir import JobDir
+from alchemist.job import outcomes
+from alchemist.job.jobdir import JobDir
 
 #: How long the pool may take to fork a job's ranks before the job runs cold instead.
 FORK_WAIT_S = 30.0
@@ -215,7 +215,6 @@ def run(
     env: dict[str, str],
     timeout: Any,
     cancelled: Callable[[], bool],
-    cancel_marker: str,
     grace: float,
 ) -> dict[str, Any] | None:
     """Run the job's ranks from the pool to the end; the final state fields, or None
@@ -237,7 +236,7 @@ def run(
         if not current.done and time.time() >= look:
             look = time.time() + 1.0
             late = outcomes.teardown_overdue(job_dir, world)
-        if cancelled() or (job_dir.root / cancel_marker).exists():
+        if cancelled() or job_dir.cancel_marker.exists():
             stopped, reason = True, "cancelled by the user"
         elif timeout and time.time() - started > timeout:
             reason = f"timed out after {timeout:g} s (--timeout)"

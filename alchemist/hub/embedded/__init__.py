@@ -8,7 +8,21 @@ helpers are in :mod:`alchemist.hub.kubernetes`, not here.
 
 from __future__ import annotations
 
-from alchemist.errors import HubConfigError
-from alchemist.hub.embedded.settings import HubSettings
+from typing import TYPE_CHECKING
+
+from alchemist._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from alchemist.errors import HubConfigError
+    from alchemist.hub.embedded.settings import HubSettings
+
+__getattr__, __dir__ = lazy_exports(
+    globals(),
+    {
+        "HubConfigError": "alchemist.errors",
+        "HubSettings": "alchemist.hub.embedded.settings",
+    },
+)
+
 
 __all__ = ["HubConfigError", "HubSettings"]

@@ -16,7 +16,7 @@ easgd      elastic averaging SGD (Zhang et al.)             :mod:`.easgd`
 horovod    Horovod's DistributedOptimizer                   :mod:`.horovod`
 =========  ===============================================  ===========================
 
-:mod:`.options` holds every option of every algorithm: its default (the papers'
+:mod:`alchemist.job.algorithms` holds every option of every algorithm: its default (the papers'
 recommended settings; ``None`` means "derived from the world size"), its type and its
 valid values. It imports no torch: a job's options are checked with :func:`check` when
 it is submitted, and again, by the same function, when a rank wraps the model.
@@ -29,15 +29,7 @@ import sys
 from types import ModuleType
 
 from alchemist.errors import SpecError
-from alchemist.runtime.algorithms.options import ALGORITHM_DEFAULTS, check, describe
-
-_MODULES = {
-    "sync": "sync",
-    "async": "async_ps",
-    "bmuf": "bmuf",
-    "easgd": "easgd",
-    "horovod": "horovod",
-}
+from alchemist.job.algorithms import ALGORITHM_DEFAULTS, CATALOGUE, check, describe
 
 
 def names() -> tuple[str, ...]:
@@ -51,9 +43,9 @@ def get(name: str) -> ModuleType:
     Raises:
         SpecError: ``name`` is not an algorithm (the message lists the valid ones).
     """
-    if name not in _MODULES:
-        raise SpecError(f"algorithm {name!r} is unknown; choose one of {', '.join(_MODULES)}")
-    return importlib.import_module(f"{__name__}.{_MODULES[name]}")
+    if name not in CATALOGUE:
+        raise SpecError(f"algorithm {name!r} is unknown; choose one of {', '.join(CATALOGUE)}")
+    return importlib.import_module(f"{__name__}.{CATALOGUE[name].module}")
 
 
 def finish_all() -> None:

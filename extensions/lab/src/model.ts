@@ -7,11 +7,11 @@
 
 /*
  * The lists of job states, algorithms and backends, and the job options the launch
- * form offers, come from the server (`GET /alchemist/api/v1/`: alchemist/options.py is
+ * form offers, come from the server (`GET /alchemist/api/v1/`: alchemist/job/options.py is
  * the one table); nothing here repeats them.
  */
 
-/** States that never change again (alchemist.spec.JobState.is_terminal). */
+/** States that never change again (alchemist.job.spec.JobState.is_terminal). */
 export const TERMINAL_STATES: ReadonlySet<string> = new Set([
   'succeeded',
   'failed',
@@ -404,7 +404,7 @@ const NUMBER = /^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/;
 /**
  * Parse algorithm options typed one `KEY=VALUE` a line, with the magics' reading of
  * values: `true`/`false` are booleans, numbers are numbers, anything else is text.
- * The server checks names and ranges (one set of rules: alchemist/runtime/algorithms/options.py).
+ * The server checks names and ranges (one set of rules: alchemist/job/algorithms.py).
  */
 export function parseAlgorithmOptions(
   text: string
@@ -434,7 +434,7 @@ export interface IOptionInfo {
   help: string;
 }
 
-/** One job option, as `GET /alchemist/api/v1/` lists it (alchemist/options.py). */
+/** One job option, as `GET /alchemist/api/v1/` lists it (alchemist/job/options.py). */
 export interface IJobOption {
   name: string;
   /** `int`, `float`, `str`, `kv` (KEY=VALUE lines), `kv_typed` (typed values) or `names`. */

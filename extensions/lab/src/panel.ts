@@ -121,7 +121,7 @@ export class AlchemistPanel extends Widget {
     this.title.caption = 'Alchemist jobs';
     this._build();
     // The server says which algorithms, backends, states and job options there are
-    // (alchemist/options.py is the one table); the form is completed from its answer.
+    // (alchemist/job/options.py is the one table); the form is completed from its answer.
     // Without one the form stays bare (the job list already says what is wrong).
     void api
       .info()

@@ -35,7 +35,7 @@ from typing import Any
 
 from alchemist.backends.local.pool import fingerprint, state
 from alchemist.backends.local.pool.protocol import Lines, encode, peer_uid
-from alchemist.jobdir import atomic_write_json
+from alchemist.job.jobdir import atomic_write_json
 
 #: How long the zygote may take to import everything before the pool gives up.
 ZYGOTE_START_S = 180.0

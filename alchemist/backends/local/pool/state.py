@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from alchemist.errors import AlchemistError
-from alchemist.jobdir import make_private_dir
+from alchemist.job.jobdir import make_private_dir
 
 #: Overrides the folder that holds the user's pools.
 POOL_DIR_VAR = "ALCHEMIST_POOL_DIR"

@@ -34,6 +34,8 @@ import threading
 import traceback
 from typing import Any
 
+from alchemist.job.spec import RANK_ENTRIES
+
 #: Imported before the first fork: what every rank imports anyway. Never the user's own
 #: modules (an edited one would go on being served stale).
 PRELOAD = (
@@ -52,12 +54,12 @@ PRELOAD = (
     "alchemist.runtime.worker",
     "alchemist.runtime.algorithms",
     "alchemist.runtime.large_batch",
-    "alchemist.diagnosis.hooks",
-    "alchemist.diagnosis.recorder",
+    "alchemist.runtime.hooks",
+    "alchemist.runtime.recorder",
     "alchemist.metrics.reporter",
     "alchemist.metrics.system",
     "alchemist.bundle",
-    "alchemist.outcomes",
+    "alchemist.job.outcomes",
     # an interactive session's engine (alchemist.interactive.engine); no threads, no sockets
     "ipyparallel",
     "ipyparallel.engine.app",
@@ -77,7 +79,7 @@ def _send(fd: int, obj: dict[str, Any]) -> None:
 
 def _preload() -> list[str]:
     """Import :data:`PRELOAD` and the user's extra modules; return the extras that failed."""
-    from alchemist.diagnosis import recorder
+    from alchemist.runtime import recorder
 
     # torch reads the flight recorder's buffer size when it makes a process group, in
     # the child; set the default here too, as a rank does before its first import.
@@ -115,9 +117,9 @@ def _become_rank(cmd: dict[str, Any], env: dict[str, str], channel: tuple[int, i
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cmd["cwd"])
+    # As `python -m alchemist.runtime JOB_DIR` has them.
     import alchemist.runtime
 
-    # As `python -m alchemist.runtime JOB_DIR` has them.
     sys.argv = [
         os.path.join(os.path.dirname(alchemist.runtime.__file__), "__main__.py"),
         cmd["job_root"],
@@ -134,14 +136,10 @@ def _become_rank(cmd: dict[str, Any], env: dict[str, str], channel: tuple[int, i
     threads = env.get("OMP_NUM_THREADS", "").strip()
     if threads.isdigit() and int(threads) > 0:
         torch.set_num_threads(int(threads))
-    if cmd.get("entry") == "session":
-        from alchemist.interactive.engine import main as engine_main
-
-        engine_main([cmd["job_root"], env["RANK"]])
-        return 0
-    from alchemist.runtime.worker import main
-
-    return main([cmd["job_root"]])
+    # The rank's module, named by the job protocol's table (what `python -m` would run).
+    entry = RANK_ENTRIES[cmd.get("entry") or "cell"]
+    status = importlib.import_module(entry.main).main(entry.argv(cmd["job_root"], env["RANK"]))
+    return int(status or 0)
 
 
 def _fork(cmd: dict[str, Any], channel: tuple[int, int], out: int) -> bool:

@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from alchemist.errors import IntegrationError
-from alchemist.integrations import _common
+from alchemist.runtime.integrations import _common
 
 #: Lightning's strategies that start (spawn or fork) their own processes.
 LAUNCHING_STRATEGIES = ("ddp_spawn", "ddp_notebook", "ddp_fork", "xla")

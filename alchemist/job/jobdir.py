@@ -14,6 +14,12 @@ Layout of ``<ALCHEMIST_HOME>/jobs/<job_id>/``::
     checkpoints/                   checkpoints written by rank 0
     outputs.pkl                    the values named with ``--outputs``, pickled by rank 0
     pids/                          pid files of the launcher and each rank (local backend)
+    launch.json                    the launch request (local backend)
+    restarts                       the worker group's restart count
+    cancel-requested               asks the launcher to cancel (local backend)
+    outcomes/rank-<r>.json         what rank r's code did (alchemist.job.outcomes)
+    debug/                         stacks, watchdog reports, recorder dumps (alchemist.diagnosis)
+    session/                       an interactive session's files (alchemist.job.session)
 
 Writers that others read while they write (state, checkpoints, outputs) write a
 temporary file and rename it, so a reader never sees half a file.
@@ -103,7 +109,7 @@ STATE_FIELDS: dict[str, tuple[type, ...]] = {
 
 def check_state_fields(fields: dict[str, Any]) -> None:
     """Raise ``ValueError`` unless ``fields`` fit the ``state.json`` schema."""
-    from alchemist.spec import JobState
+    from alchemist.job.spec import JobState
 
     for key, value in fields.items():
         types = STATE_FIELDS.get(key)
@@ -204,6 +210,43 @@ class JobDir:
     @property
     def pids(self) -> Path:
         return self.root / "pids"
+
+    def rank_pid(self, rank: int) -> Path:
+        """Rank ``rank``'s pid file (local backend)."""
+        return self.pids / f"rank-{rank}.pid"
+
+    @property
+    def launcher_pid(self) -> Path:
+        """The launcher's pid file (local backend: the supervisor)."""
+        return self.pids / "launcher.pid"
+
+    @property
+    def launch(self) -> Path:
+        """``launch.json``: the launch request the dry run made (local backend)."""
+        return self.root / "launch.json"
+
+    @property
+    def restarts(self) -> Path:
+        """How many times the worker group restarted (written by rank 0 of each attempt)."""
+        return self.root / "restarts"
+
+    @property
+    def cancel_marker(self) -> Path:
+        """Asks the job's launcher to cancel the job (local backend)."""
+        return self.root / "cancel-requested"
+
+    @property
+    def outcomes(self) -> Path:
+        """The folder of the ranks' outcome records (:mod:`alchemist.job.outcomes`)."""
+        return self.root / "outcomes"
+
+    def rank_outcome(self, rank: int) -> Path:
+        return self.outcomes / f"rank-{rank}.json"
+
+    @property
+    def debug(self) -> Path:
+        """What diagnosis writes: stacks, watchdog reports, hook markers, recorder dumps."""
+        return self.root / "debug"
 
     def create(self) -> JobDir:
         """Make the job directory and its folders, each 0700 from the start (the jobs

@@ -18,10 +18,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from alchemist.jobdir import JobDir
+from alchemist.job.jobdir import JobDir
+from alchemist.job.spec import SESSION_ENTRY
 
-#: The ``entry`` of a session's spec: what its ranks run (cells, one at a time).
-SESSION_ENTRY = "session"
+__all__ = ["SESSION_ENTRY", "STOP_MARKER", "SessionDir", "read_stop"]
+
 #: The file that asks the supervisor to stop the session (a normal stop, not a cancel).
 STOP_MARKER = "stop-requested"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from alchemist.integrations import _common
+from alchemist.runtime.integrations import _common
 
 
 def _make_callback_class() -> type:

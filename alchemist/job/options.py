@@ -2,7 +2,7 @@
 
 Every option a user can give a job (``workers``, ``timeout``, ``image``, ...) is one
 :class:`JobOption` row in :data:`JOB_OPTIONS`: its name, type, default, help, flag
-spelling, the :class:`~alchemist.spec.Resources` field it fills (if any) and the entry
+spelling, the :class:`~alchemist.job.spec.Resources` field it fills (if any) and the entry
 points that offer it. From this table come the magic's flags and the CLI's ``submit``
 flags (:func:`add_arguments`), :func:`alchemist.client.make_spec`'s keywords
 (:func:`spec_from_options`), the REST submit schema (:func:`check_body_types`) and the
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from alchemist.errors import SpecError
-from alchemist.runtime.algorithms.options import ALGORITHMS
-from alchemist.runtime.algorithms.options import flag_help as algorithm_option_help
+from alchemist.job.algorithms import ALGORITHMS
+from alchemist.job.algorithms import flag_help as algorithm_option_help
 
 #: The entry points an option can be offered by. ``rest`` covers the panel too: the
 #: panel's form is built from what the REST API lists.
@@ -71,13 +71,13 @@ class JobOption:
 
     Attributes:
         name: the keyword (``make_spec``, REST body, panel field); also the
-            :class:`~alchemist.spec.JobSpec` field it fills unless ``resource`` is set.
+            :class:`~alchemist.job.spec.JobSpec` field it fills unless ``resource`` is set.
         type: one of :data:`TYPES`.
         default: the value when not given (None: not set, so the spec's own default,
             or for ``backend`` ``$ALCHEMIST_BACKEND``, see :func:`alchemist.client.make_spec`).
         help: one line for ``--help`` and the panel's tooltip.
         flags: the command-line spelling, e.g. ``("-n", "--workers")``.
-        resource: the :class:`~alchemist.spec.Resources` field it fills, if any.
+        resource: the :class:`~alchemist.job.spec.Resources` field it fills, if any.
         entry_points: where it is offered (a subset of :data:`ENTRY_POINTS`).
         label: the panel's label for the field.
         minimum: the smallest valid number (the spec checks again), for the panel's input.
@@ -399,7 +399,7 @@ def defaults() -> dict[str, Any]:
 def spec_from_options(
     options: Mapping[str, Any], entry: str = "cell", fallback: Callable[[str], Any] | None = None
 ) -> Any:
-    """A validated :class:`~alchemist.spec.JobSpec` from option values (the others default).
+    """A validated :class:`~alchemist.job.spec.JobSpec` from option values (the others default).
 
     Args:
         options: values by option name (a subset of :data:`JOB_OPTIONS`).
@@ -410,7 +410,7 @@ def spec_from_options(
     Raises:
         SpecError: an unknown option (naming the valid ones) or an invalid value.
     """
-    from alchemist.spec import JobSpec, Resources
+    from alchemist.job.spec import JobSpec, Resources
 
     unknown = sorted(set(options) - set(_BY_NAME))
     if unknown:

@@ -11,21 +11,15 @@ the rank has recorded that its code finished: a gloo rank forked from the warm p
 block for ever in a ``destroy_process_group`` made while its peer already exits (seen on
 torch 2.13), and a rank blocked there before its record would hold the job as running.
 ``sys.argv`` is the script's name and
-the arguments given after ``--`` (:data:`ARGV_FILE` in the bundle), as torchrun gives it.
+the arguments given after ``--`` (``argv.json`` in the bundle, :func:`alchemist.bundle.store.set_argv`), as torchrun gives it.
 """
 
 from __future__ import annotations
 
 import functools
-import json
-import sys
-from pathlib import Path
 from typing import Any
 
 from alchemist.errors import IntegrationError
-
-#: In the job's bundle folder: ``[script name, arg, ...]`` for a script's ``sys.argv``.
-ARGV_FILE = "argv.json"
 
 _installed = False
 
@@ -89,21 +83,3 @@ def destroy() -> None:
 
     if dist.is_initialized():
         (_destroy or dist.destroy_process_group)()
-
-
-def write_argv(bundle_dir: Path, script: str, args: list[str]) -> None:
-    """Keep a script's ``sys.argv`` with its bundle (read by :func:`set_argv`)."""
-    from alchemist.jobdir import atomic_write_json
-
-    atomic_write_json(bundle_dir / ARGV_FILE, [script, *args])
-
-
-def set_argv(bundle_dir: Path) -> str | None:
-    """Set ``sys.argv`` for a script from its bundle; returns the script's name (or None
-    where the bundle is a cell's)."""
-    path = bundle_dir / ARGV_FILE
-    if not path.is_file():
-        return None
-    argv = [str(a) for a in json.loads(path.read_text())]
-    sys.argv = argv
-    return argv[0]

@@ -23,7 +23,7 @@
   (one ``stat`` of the folder; it lists the folder only when its mtime changed or is
   recent) and answers each new ``<id>.req`` with ``<id>.req.rank-<r>.txt``: every
   thread's stack (the watchdog's writer, :func:`all_thread_stacks`) and the rank's
-  newest flight-recorder entries (:mod:`~alchemist.diagnosis.recorder`). The answer is
+  newest flight-recorder entries (:mod:`~alchemist.runtime.recorder`). The answer is
   written to a hidden file and renamed, so a reader never sees half of one. Like the
   watchdog it needs the GIL: a rank holding it in C code answers when the call returns.
 - **Socket responder** (local jobs: fast, every thread): a daemon thread listens on a
@@ -63,11 +63,9 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from alchemist.diagnosis import recorder
-from alchemist.jobdir import JobDir, atomic_write_json, make_private_dir
+from alchemist.job.jobdir import JobDir, atomic_write_json, make_private_dir
+from alchemist.runtime import recorder
 
-#: The folder of the diagnosis files, in the job directory.
-DEBUG_DIR = "debug"
 #: The signal that asks a rank for its stacks.
 STACK_SIGNAL = signal.SIGUSR1
 #: The watchdog's least period in seconds.
@@ -82,7 +80,7 @@ WATCHDOG_CHECK_S = 1.0
 WATCHDOG_MAX_BYTES = 1 << 20
 #: Frames written per thread, at most.
 MAX_FRAMES = 100
-#: The folder of request files, in :func:`debug_dir`.
+#: The folder of request files, in ``debug/``.
 REQUESTS_DIR = "requests"
 #: A request file's name ends so.
 REQUEST_SUFFIX = ".req"
@@ -105,29 +103,25 @@ SOCKET_READ_S = 2.0
 _UCRED = struct.Struct("3i")
 
 
-def debug_dir(job_dir: JobDir) -> Path:
-    return job_dir.root / DEBUG_DIR
-
-
 def stacks_path(job_dir: JobDir, rank: int) -> Path:
     """Where rank ``rank`` writes its stacks when signalled."""
-    return debug_dir(job_dir) / f"stacks-rank-{rank}.txt"
+    return job_dir.debug / f"stacks-rank-{rank}.txt"
 
 
 def watchdog_path(job_dir: JobDir, rank: int) -> Path:
     """Where rank ``rank``'s watchdog writes its stacks."""
-    return debug_dir(job_dir) / f"watchdog-rank-{rank}.txt"
+    return job_dir.debug / f"watchdog-rank-{rank}.txt"
 
 
 def marker_path(job_dir: JobDir, rank: int) -> Path:
     """``{pid, rank, main_thread, watchdog_s, socket, time}``: rank ``rank``'s hooks are
     in place (``socket``: the path its socket responder listens on, or null)."""
-    return debug_dir(job_dir) / f"hooks-rank-{rank}.json"
+    return job_dir.debug / f"hooks-rank-{rank}.json"
 
 
 def requests_dir(job_dir: JobDir) -> Path:
     """Where collectors drop request files (:mod:`~alchemist.diagnosis.collect`)."""
-    return debug_dir(job_dir) / REQUESTS_DIR
+    return job_dir.debug / REQUESTS_DIR
 
 
 def answer_path(request: Path, rank: int) -> Path:
@@ -272,7 +266,7 @@ def all_thread_stacks(header: str) -> str:
 def answer_text(asker: str, rank: int) -> str:
     """A responder's answer: every thread's stack (:func:`all_thread_stacks`) under a
     header naming ``asker`` (the request), then the rank's flight-recorder line. It
-    imports nothing (see :func:`alchemist.diagnosis.recorder.snapshot`)."""
+    imports nothing (see :func:`alchemist.runtime.recorder.snapshot`)."""
     header = f"Request {asker} (rank {rank}, pid {os.getpid()}, time {time.time():.3f})"
     return all_thread_stacks(header) + recorder.format_snapshot(recorder.snapshot())
 
@@ -480,7 +474,7 @@ def install(job_dir: JobDir, rank: int) -> None:
     if _files:
         return
     try:
-        make_private_dir(debug_dir(job_dir))
+        make_private_dir(job_dir.debug)
         stacks = _open_private(stacks_path(job_dir, rank))
         _files.append(stacks)
         faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=False, chain=False)

@@ -7,16 +7,16 @@ each library is patched only once the cell imports it (a post-import hook on
 
 What each hook does, in a job only (a plain notebook is left alone):
 
-- ``lightning`` / ``pytorch_lightning``: :mod:`alchemist.integrations.lightning`
+- ``lightning`` / ``pytorch_lightning``: :mod:`alchemist.runtime.integrations.lightning`
   (the ranks are torchrun's, which Lightning detects as ``TorchElasticEnvironment``;
   ``devices="auto"`` becomes the job's ranks; ``logger`` gains an
-  :class:`~alchemist.integrations.lightning.AlchemistLogger`; a strategy that starts its
+  :class:`~alchemist.runtime.integrations.lightning.AlchemistLogger`; a strategy that starts its
   own processes is refused in one line).
-- ``transformers``: :mod:`alchemist.integrations.transformers` (every ``Trainer`` gets an
-  :class:`~alchemist.integrations.transformers.AlchemistCallback`).
-- ``accelerate``: :mod:`alchemist.integrations.accelerate` (``Accelerator.log`` also goes
+- ``transformers``: :mod:`alchemist.runtime.integrations.transformers` (every ``Trainer`` gets an
+  :class:`~alchemist.runtime.integrations.transformers.AlchemistCallback`).
+- ``accelerate``: :mod:`alchemist.runtime.integrations.accelerate` (``Accelerator.log`` also goes
   to ``alchemist.log``; ``notebook_launcher`` is refused in one line).
-- ``torch.distributed.init_process_group``: :mod:`alchemist.integrations.torchrun`
+- ``torch.distributed.init_process_group``: :mod:`alchemist.runtime.integrations.torchrun`
   (the job's group is already made; a script's own call returns it).
 """
 
@@ -86,11 +86,13 @@ def _lazy(module: str, function: str) -> Hook:
 
 #: module imported by the cell -> what patches it (module, function in this package).
 HOOKS: dict[str, Hook] = {
-    "lightning.pytorch.trainer.trainer": _lazy("alchemist.integrations.lightning", "patch"),
-    "pytorch_lightning.trainer.trainer": _lazy("alchemist.integrations.lightning", "patch"),
-    "transformers.trainer": _lazy("alchemist.integrations.transformers", "patch"),
-    "accelerate.accelerator": _lazy("alchemist.integrations.accelerate", "patch_accelerator"),
-    "accelerate.launchers": _lazy("alchemist.integrations.accelerate", "patch_launchers"),
+    "lightning.pytorch.trainer.trainer": _lazy("alchemist.runtime.integrations.lightning", "patch"),
+    "pytorch_lightning.trainer.trainer": _lazy("alchemist.runtime.integrations.lightning", "patch"),
+    "transformers.trainer": _lazy("alchemist.runtime.integrations.transformers", "patch"),
+    "accelerate.accelerator": _lazy(
+        "alchemist.runtime.integrations.accelerate", "patch_accelerator"
+    ),
+    "accelerate.launchers": _lazy("alchemist.runtime.integrations.accelerate", "patch_launchers"),
 }
 
 _installed: _AfterImport | None = None
@@ -103,7 +105,7 @@ def install() -> None:
     ``ALCHEMIST_POOL_PRELOAD`` could) is patched at once.
     """
     global _installed
-    from alchemist.integrations import torchrun
+    from alchemist.runtime.integrations import torchrun
 
     torchrun.install()
     if _installed is not None:

@@ -11,7 +11,7 @@ state ``scheduled``: ranks are compared by sequence id, not by state.
 :func:`enable` sets a modest buffer in every rank (:mod:`alchemist.runtime.worker`, at
 start-up, before torch makes a process group; a value the user set with ``--env`` is
 kept); :func:`snapshot` is read inside a rank
-(by :mod:`~alchemist.diagnosis.hooks`' responder thread). Both feature-detect: a torch
+(by :mod:`~alchemist.runtime.hooks`' responder thread). Both feature-detect: a torch
 without the API gives ``None``, never an error, so no job fails for want of a recorder.
 This module imports torch only inside :func:`snapshot`, which runs in a rank.
 
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from alchemist.errors import AlchemistError
-from alchemist.jobdir import JobDir, atomic_write_json, make_private_dir
+from alchemist.job.jobdir import JobDir, atomic_write_json, make_private_dir
 
 #: Entries each process group keeps: a modest ring (an entry is a few hundred bytes).
 BUFFER_ENTRIES = 256
@@ -182,9 +182,7 @@ def collective_timeout(environ: MutableMapping[str, str] | None = None) -> timed
 
 def dump_path(job_dir: JobDir, rank: int) -> Path:
     """Where rank ``rank`` writes its recorder when its code fails."""
-    from alchemist.diagnosis.hooks import debug_dir
-
-    return debug_dir(job_dir) / f"recorder-rank-{rank}.json"
+    return job_dir.debug / f"recorder-rank-{rank}.json"
 
 
 def dump_on_failure(job_dir: JobDir, rank: int, error: BaseException) -> Path | None:

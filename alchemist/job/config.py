@@ -17,7 +17,7 @@ import getpass
 import os
 from pathlib import Path
 
-from alchemist.jobdir import make_private_dir
+from alchemist.job.jobdir import make_private_dir
 
 DEFAULT_MAX_VALUE_BYTES = 100 * 1024 * 1024
 DEFAULT_MAX_DATA_BYTES = 100 * 1024 * 1024

@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import Any
 
 from alchemist.errors import IntegrationError
-from alchemist.integrations import _common
+from alchemist.runtime.integrations import _common
 
 _auto_steps = itertools.count()
 

@@ -26,10 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from alchemist.jobdir import JobDir, atomic_write_json
-
-#: The folder of the ranks' records, in the job directory.
-OUTCOMES_DIR = "outcomes"
+from alchemist.job.jobdir import JobDir, atomic_write_json
 
 
 @dataclass(frozen=True)
@@ -43,7 +40,7 @@ class RankOutcome:
 
 
 def outcome_path(job_dir: JobDir, rank: int) -> Path:
-    return job_dir.root / OUTCOMES_DIR / f"rank-{rank}.json"
+    return job_dir.rank_outcome(rank)
 
 
 def record(job_dir: JobDir, rank: int, attempt: int, status: int) -> None:
@@ -55,7 +52,7 @@ def record(job_dir: JobDir, rank: int, attempt: int, status: int) -> None:
 def read(job_dir: JobDir) -> dict[int, RankOutcome]:
     """Every rank's latest record (a rank's record is replaced by each attempt)."""
     out: dict[int, RankOutcome] = {}
-    folder = job_dir.root / OUTCOMES_DIR
+    folder = job_dir.outcomes
     for path in sorted(folder.glob("rank-*.json")) if folder.is_dir() else []:
         try:
             d = json.loads(path.read_text())
@@ -68,7 +65,7 @@ def read(job_dir: JobDir) -> dict[int, RankOutcome]:
 
 def latest_attempt(job_dir: JobDir, outcomes: dict[int, RankOutcome]) -> int:
     try:
-        restarts = int((job_dir.root / "restarts").read_text().strip() or 0)
+        restarts = int((job_dir.restarts).read_text().strip() or 0)
     except (OSError, ValueError):
         restarts = 0
     return max([restarts, *(o.attempt for o in outcomes.values())])

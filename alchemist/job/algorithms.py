@@ -114,9 +114,46 @@ OPTIONS: dict[str, dict[str, Option]] = {
     },
 }
 
+
+@dataclass(frozen=True)
+class Algorithm:
+    """Where an algorithm runs: its module and the launcher its ranks need.
+
+    ``module`` is the module's name in :mod:`alchemist.runtime.algorithms` (which has
+    ``wrap``); ``launcher`` is ``torchrun`` (the job's process group is made by the worker
+    on torchrun's rendezvous) or ``horovodrun`` (Horovod's own gloo rendezvous; its
+    ``wrap`` calls ``horovod.init()``, and the warm pool cannot fork its ranks).
+    """
+
+    module: str
+    launcher: str = "torchrun"
+
+    @property
+    def own_launcher(self) -> bool:
+        """Whether the ranks need a launcher other than torchrun (no warm start)."""
+        return self.launcher != "torchrun"
+
+
+#: Every algorithm: its module and its launcher, in the order of :data:`OPTIONS`.
+CATALOGUE: dict[str, Algorithm] = {
+    "sync": Algorithm("sync"),
+    "async": Algorithm("async_ps"),
+    "bmuf": Algorithm("bmuf"),
+    "easgd": Algorithm("easgd"),
+    "horovod": Algorithm("horovod", launcher="horovodrun"),
+}
+assert tuple(CATALOGUE) == tuple(OPTIONS), "an algorithm needs both its options and its entry"
+
 #: Every algorithm a job may use, in the order they are documented (the one list: the
 #: spec, the flags' help, the REST API and the panel take it from here).
 ALGORITHMS: tuple[str, ...] = tuple(OPTIONS)
+
+
+def needs_own_launcher(algorithm: str) -> bool:
+    """True when ``algorithm``'s ranks start under their own launcher, not torchrun."""
+    entry = CATALOGUE.get(algorithm)
+    return entry is not None and entry.own_launcher
+
 
 #: Every option of every algorithm and its default (None: derived from the world size).
 ALGORITHM_DEFAULTS: dict[str, dict[str, Any]] = {

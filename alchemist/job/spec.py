@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from alchemist.errors import SpecError
-from alchemist.runtime.algorithms.options import ALGORITHMS
+from alchemist.job.algorithms import ALGORITHMS
+from alchemist.job.patterns import compile_patterns
 
 __all__ = ["ALGORITHMS", "JobSpec", "JobState", "JobStatus", "Resources"]
 
@@ -47,6 +48,39 @@ RUNTIME_ENV = frozenset(
 )
 #: Prefixes of variables the runtime and its launchers own.
 RUNTIME_ENV_PREFIXES = ("ALCHEMIST_", "TORCHELASTIC_", "HOROVOD_")
+
+
+@dataclass(frozen=True)
+class RankEntry:
+    """What one rank of a kind of job runs, by module name (the launchers and the warm
+    pool import none of it).
+
+    Attributes:
+        module: started as ``python -m MODULE JOB_DIR [RANK]``.
+        main: the module whose ``main(argv)`` that runs (the zygote calls it in a forked
+            child, with the same arguments).
+        takes_rank: whether ``RANK`` is an argument (else the rank reads ``$RANK``).
+    """
+
+    module: str
+    main: str
+    takes_rank: bool = False
+
+    def argv(self, job_root: str, rank: str) -> list[str]:
+        """``[JOB_DIR(, RANK)]``: the arguments after the module's name."""
+        return [job_root, rank] if self.takes_rank else [job_root]
+
+
+_BATCH_RANK = RankEntry("alchemist.runtime", "alchemist.runtime.worker")
+#: A job's ``entry`` → what each of its ranks runs.
+RANK_ENTRIES: dict[str, RankEntry] = {
+    "cell": _BATCH_RANK,
+    "script": _BATCH_RANK,
+    "function": _BATCH_RANK,
+    "session": RankEntry("alchemist.interactive.engine", "alchemist.interactive.engine", True),
+}
+#: The entry of an interactive session's spec: its ranks run cells, one at a time.
+SESSION_ENTRY = "session"
 
 
 class JobState(str, enum.Enum):
@@ -111,7 +145,7 @@ class JobSpec:
         no_warm: start the ranks cold (fresh interpreters under torchrun) even where the
             user's warm pool could fork them (local backend; docs/architecture.md).
 
-    What a user may set, and from where, is the table in :mod:`alchemist.options`.
+    What a user may set, and from where, is the table in :mod:`alchemist.job.options`.
         entry: what the workers run: ``cell`` (a bundled notebook cell), ``script``
             (a Python file's source), ``function`` (a pickled callable) or ``session``
             (an interactive session's engines: :mod:`alchemist.interactive`).
@@ -161,7 +195,7 @@ class JobSpec:
                 f"algorithm_options must be a mapping of names to values,"
                 f" got {self.algorithm_options!r}"
             )
-        from alchemist.runtime.algorithms.options import check
+        from alchemist.job.algorithms import check
 
         # An unknown algorithm or option; the ranks apply the same check.
         check(self.algorithm, self.algorithm_options)
@@ -195,15 +229,13 @@ class JobSpec:
                 f" {self.world_size} (every worker takes the same share):"
                 f" use {lower} or {lower + self.world_size}"
             )
-        from alchemist.bundle.datafiles import compile_patterns
-
         compile_patterns(self.include, "--include")
         compile_patterns(self.exclude, "--exclude")
         if not isinstance(self.debug, bool):
             raise SpecError(f"debug must be true or false, got {self.debug!r}")
         if not isinstance(self.no_warm, bool):
             raise SpecError(f"no_warm must be true or false, got {self.no_warm!r}")
-        if self.entry not in ("cell", "script", "function", "session"):
+        if self.entry not in RANK_ENTRIES:
             raise SpecError(f"entry must be cell, script, function or session, got {self.entry!r}")
         return self
 

@@ -27,7 +27,7 @@ HEADER
     # `pip list --format=freeze`, not `pip freeze`: a package installed from a wheel file
     # (Horovod, built by scripts/setup.d/50-horovod.sh) is written name==version too.
     .venv/bin/python -m pip list --format=freeze --exclude-editable --disable-pip-version-check \
-        | grep -v -i -E '^(pip|alchemist)==' \
+        | grep -v -i -E '^(pip|alchemist|jupyter-alchemist|jupyter_alchemist)==' \
         | sed -E 's/^(torch==[^+]+)\+.*$/\1/' \
         | LC_ALL=C sort -f
 } > requirements.lock.new

@@ -36,6 +36,11 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ requirements.lock -
     # Older setups copied install.json into the build output; the wheel adds its own copy
     # there (pyproject's shared-data), and two files at one path fail the build.
     rm -f alchemist/labextension/install.json
+    # Before 0.1 the distribution was named `alchemist` (a name taken on the public index
+    # by another project); a venv that still has it drops it for jupyter-alchemist.
+    if "${PIP[@]}" show -q alchemist >/dev/null 2>&1; then
+        "${PIP[@]}" uninstall -q -y alchemist
+    fi
     # The wheel build's jupyter-builder hook would build the panel here too; in this
     # editable checkout scripts/setup.d/60-labextension.sh builds and links it instead.
     SKIP_JUPYTER_BUILDER=1 "${PIP[@]}" install -q -c requirements.lock torch==2.13.0 -e ".[dev]" 2>&1 \

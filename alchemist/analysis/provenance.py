@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-PACKAGES = ("alchemist", "torch", "numpy", "scipy", "scikit-learn", "pandas", "horovod")
+PACKAGES = ("jupyter-alchemist", "torch", "numpy", "scipy", "scikit-learn", "pandas", "horovod")
 
 
 def _git(*args: str, cwd: Path) -> str | None:

@@ -61,7 +61,7 @@ def get_backend(name: str) -> Backend:
     except ImportError as e:
         raise UnknownBackendError(
             f"backend {name!r} needs a package that is not installed ({e.name}):"
-            f" pip install 'alchemist[{name}]'"
+            f" pip install 'jupyter-alchemist[{name}]'"
         ) from e
     backend = getattr(module, attr)()
     _instances[name] = backend

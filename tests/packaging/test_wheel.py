@@ -64,7 +64,9 @@ class FreshEnv:
 
 
 def _is_editable_alchemist(name: str) -> bool:
-    return name == "alchemist" or name.startswith(("alchemist-", "_editable_impl_alchemist"))
+    return name == "alchemist" or name.startswith(
+        ("jupyter_alchemist-", "_editable_impl_jupyter_alchemist")
+    )
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +96,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    (built,) = out.glob("alchemist-*.whl")
+    (built,) = out.glob("jupyter_alchemist-*.whl")
     return built
 
 
@@ -189,13 +191,13 @@ def test_the_installed_package_is_the_wheel_and_has_one_version(
         fresh.python,
         "-c",
         "import alchemist, importlib.metadata as m;"
-        " print(alchemist.__file__); print(alchemist.__version__); print(m.version('alchemist'))",
+        " print(alchemist.__file__); print(alchemist.__version__); print(m.version('jupyter-alchemist'))",
     )
     assert proc.returncode == 0, proc.stdout
     where, version, dist_version = proc.stdout.split()
     assert Path(where).is_relative_to(fresh.prefix)
     assert version == dist_version
-    assert wheel.name.startswith(f"alchemist-{version}-")
+    assert wheel.name.startswith(f"jupyter_alchemist-{version}-")
 
 
 def test_jupyterlab_lists_the_panel_enabled(fresh: FreshEnv) -> None:

@@ -52,7 +52,7 @@ def _client() -> tuple[Any, Any, type[Exception]]:
         from kubernetes.client.exceptions import ApiException
     except ImportError as e:
         raise BackendError(
-            "the kubernetes backend needs the kubernetes client: pip install 'alchemist[kubernetes]'"
+            "the kubernetes backend needs the kubernetes client: pip install 'jupyter-alchemist[kubernetes]'"
         ) from e
     return client, config, ApiException
 

@@ -43,6 +43,8 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     Args:
         serverapp: the running ``jupyter_server.serverapp.ServerApp``.
     """
+    from alchemist.server.handlers import API_ROOT, setup_handlers
+
     setup_handlers(serverapp.web_app)
     base_url = serverapp.web_app.settings.get("base_url", "/")
     serverapp.log.info("Alchemist REST API at %s%s", base_url, API_ROOT)

@@ -29,7 +29,7 @@ from alchemist.errors import (
     SpecError,
 )
 from alchemist.job import config
-from alchemist.job.jobdir import JobDir, atomic_write_json
+from alchemist.job.jobdir import JobDir, atomic_write_json, make_private_dir
 from alchemist.job.options import spec_from_options
 from alchemist.job.spec import JobSpec, JobState, JobStatus, spec_dict
 from alchemist.store import JobRecord, get_store
@@ -42,11 +42,12 @@ def new_job_id() -> str:
 
 @dataclass
 class DryRun:
-    """What :func:`submit` would run. Printing it shows the command and the bundle."""
+    """What :func:`submit` would run. Printing it shows the command and the bundle
+    (a session's has none)."""
 
     spec: JobSpec
     info: DryRunInfo
-    bundle: Bundle
+    bundle: Bundle | None
     job_id: str
 
     @property
@@ -54,7 +55,7 @@ class DryRun:
         return (
             f"# dry run: job {self.job_id} ({self.spec.name}) on backend {self.info.backend},"
             f" world size {self.spec.world_size}; nothing was submitted\n"
-            f"{self.info.text}\n\n{self.bundle.describe()}"
+            f"{self.info.text}" + (f"\n\n{self.bundle.describe()}" if self.bundle else "")
         )
 
     def __str__(self) -> str:
@@ -68,7 +69,7 @@ class DryRun:
             "job_id": self.job_id,
             "spec": self.spec.to_dict(),
             "dryrun": self.info.to_dict(),
-            "bundle": self.bundle.describe(),
+            "bundle": self.bundle.describe() if self.bundle else None,
             "text": self.text,
         }
 
@@ -400,7 +401,53 @@ def submit(
         include=spec.include,
         exclude=spec.exclude,
     )
-    job_id = new_job_id()
+
+    def write(job_dir: JobDir) -> None:
+        write_bundle(bundle, job_dir.bundle)
+        if isinstance(code, Path) and code.suffix == ".py":
+            from alchemist.bundle.store import write_argv
+
+            write_argv(job_dir.bundle, code.name, list(args or []))
+
+    return _submit(spec, new_job_id(), write, dry_run=dry_run, bundle=bundle)
+
+
+def submit_session(spec: JobSpec, session_config: dict[str, Any], *, dry_run: bool = False) -> Any:
+    """Submit an interactive session (``spec.entry == "session"``) as every job is: its
+    job directory with ``session/config.json`` (:class:`~alchemist.job.session.SessionDir`),
+    its row in the index, then :meth:`Backend.submit`. The notebook's side of it is
+    :class:`alchemist.interactive.Session`.
+
+    Returns:
+        A :class:`Job` (its id starts with ``s``), or a :class:`DryRun` when ``dry_run``.
+
+    Raises:
+        BackendError: the backend refused it (capacity, quota, a missing image).
+    """
+    from alchemist.job.session import SessionDir
+
+    def write(job_dir: JobDir) -> None:
+        sd = SessionDir(job_dir)
+        make_private_dir(sd.root)
+        atomic_write_json(sd.config, session_config)
+        # Starting counts as busy: the idle clock runs from when the session is ready.
+        atomic_write_json(sd.activity, {"busy": True, "time": time.time()})
+
+    return _submit(spec, "s" + new_job_id()[1:], write, dry_run=dry_run)
+
+
+def _submit(
+    spec: JobSpec,
+    job_id: str,
+    write: Callable[[JobDir], None],
+    *,
+    dry_run: bool,
+    bundle: Any = None,
+) -> Any:
+    """The one submission path: the backend's dry run, then (unless ``dry_run``) the job
+    directory with the spec and what ``write`` adds, its row, and :meth:`Backend.submit`
+    of exactly what was validated."""
+    backend = get_backend(spec.backend)
     job_dir = JobDir(config.jobs_root() / job_id)
     owner = config.current_user()
     req = JobRequest(job_id, owner, spec, job_dir)
@@ -417,11 +464,7 @@ def submit(
         job_dir.create()
         atomic_write_json(job_dir.spec, spec.to_dict())
         try:
-            write_bundle(bundle, job_dir.bundle)
-            if isinstance(code, Path) and code.suffix == ".py":
-                from alchemist.bundle.store import write_argv
-
-                write_argv(job_dir.bundle, code.name, list(args or []))
+            write(job_dir)
         except BaseException:
             shutil.rmtree(job_dir.root, ignore_errors=True)  # not a job: nothing submitted
             raise

@@ -18,7 +18,7 @@ from typing import Any
 
 from alchemist.errors import SpecError
 from alchemist.job.jobdir import JobDir
-from alchemist.job.spec import ALGORITHMS, JobSpec, JobStatus
+from alchemist.job.spec import ALGORITHMS, SESSION_ENTRY, JobSpec, JobStatus
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,9 @@ class Backend(abc.ABC):
     #: files travel in the bundle and the workers start in that copy
     #: (:mod:`alchemist.bundle.datafiles`); False: they run in the folder itself
     ships_files: bool = False
+    #: it runs interactive sessions (``spec.entry == "session"``: ipyparallel engines
+    #: as its ranks, :mod:`alchemist.interactive`); :meth:`dryrun` refuses them elsewhere
+    runs_sessions: bool = False
 
     def dryrun(self, req: JobRequest) -> DryRunInfo:
         """Return the exact request that :meth:`submit` would make. Submits nothing.
@@ -107,6 +110,11 @@ class Backend(abc.ABC):
             SpecError: the spec is invalid, or this backend does not run its algorithm.
         """
         req.spec.validate()
+        if req.spec.entry == SESSION_ENTRY and not self.runs_sessions:
+            raise SpecError(
+                f"backend {self.name!r} does not run interactive sessions: use the local or"
+                " the kubernetes backend"
+            )
         if req.spec.algorithm not in self.algorithms:
             raise SpecError(
                 f"backend {self.name!r} does not run algorithm {req.spec.algorithm!r}; it runs"

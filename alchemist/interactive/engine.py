@@ -164,7 +164,7 @@ def watch_pod(sd: SessionDir, cfg: dict[str, Any], rank: int) -> None:
     writes the stop marker with the reason."""
     import signal
 
-    from alchemist.interactive.idle import IdleClock
+    from alchemist.job.session import IdleClock
 
     clock = IdleClock(sd, cfg)
     while True:
@@ -191,10 +191,12 @@ def pod_setup(
     stop watch. Returns the host on rank 0."""
     import threading
 
-    from alchemist.interactive.supervisor import rank_env
+    from alchemist.job.session import rank_env
 
     port, addr = int(opts["master-port"]), opts["master-addr"]
-    os.environ.update(rank_env(cfg, job_dir, rank, port, master_addr=addr, pod=True))
+    os.environ.update(
+        rank_env(cfg, job_dir.job_id, str(job_dir.root), rank, port, master_addr=addr, pod=True)
+    )
     host = PodHost(job_dir, port, addr) if rank == 0 else None
     sd = SessionDir(job_dir)
     threading.Thread(target=watch_pod, args=(sd, cfg, rank), daemon=True).start()

@@ -4,10 +4,14 @@ A :class:`~alchemist.interactive.sessions.Session` talks to its ranks through
 ipyparallel on both backends; what differs is how they are started, watched, signalled
 and stopped, which this module hides behind one small interface:
 
-- :class:`LocalEngines`: the session's supervisor (:mod:`.supervisor`), a process of
-  its own that waits in the machine's queue, starts the controller and one engine per
-  rank (forked from the user's warm pool, or as a new process) and writes the job's
-  ``state.json``. Interrupts are SIGINT to the ranks' pids.
+Both are started the same way, through :func:`alchemist.client.submit_session`
+(``Backend.submit``); then:
+
+- :class:`LocalEngines`: the job's local supervisor
+  (:mod:`alchemist.backends.local.session`), a process of its own that waits in the
+  machine's queue, starts the controller and one engine per rank (forked from the user's
+  warm pool, or as a new process) and writes the job's ``state.json``. Interrupts are
+  SIGINT to the ranks' pids.
 - :class:`PodEngines`: an Indexed Job and headless Service made by the Kubernetes
   backend (one pod per rank, rank 0's pod also serving the store and the controller;
   see :mod:`.engine`). The state is the Job's, read through the backend; interrupts go
@@ -19,12 +23,10 @@ and stopped, which this module hides behind one small interface:
 from __future__ import annotations
 
 import signal
-import subprocess
 import sys
 import time
 from typing import Any
 
-from alchemist.interactive.errors import SessionError
 from alchemist.job.jobdir import JobDir
 from alchemist.job.session import SessionDir
 
@@ -42,16 +44,6 @@ class LocalEngines:
     def __init__(self, job_dir: JobDir) -> None:
         self.job_dir = job_dir
         self.dirs = SessionDir(job_dir)
-        self._supervisor: subprocess.Popen[bytes] | None = None
-
-    def launch(self) -> None:
-        """Start the session's supervisor in a session of its own (it outlives the kernel)."""
-        from alchemist.backends.local.procs import start_supervisor
-
-        jd = self.job_dir
-        self._supervisor = start_supervisor(
-            "alchemist.interactive.supervisor", jd.root, jd.launcher_log
-        )
 
     def state(self, fresh: bool = False) -> dict[str, Any]:
         """The job's state record (``state``, ``reason``, ...) as the supervisor wrote it."""
@@ -81,9 +73,7 @@ class LocalEngines:
 
         launcher = read_pid(self.job_dir.launcher_pid)
         deadline = time.monotonic() + seconds
-        while alive(launcher) and time.monotonic() < deadline:
-            if self._supervisor is not None:
-                self._supervisor.poll()  # reap it once it exited
+        while alive(launcher) and time.monotonic() < deadline:  # a zombie counts as ended
             time.sleep(0.05)
 
     def stop(self, running: bool) -> None:
@@ -105,8 +95,6 @@ class LocalEngines:
         left = job_processes(self.job_dir.root, [launcher] if launcher else [])
         if left:
             terminate(left, grace=2.0)
-        if self._supervisor is not None:
-            self._supervisor.poll()
 
 
 class PodEngines:
@@ -124,25 +112,6 @@ class PodEngines:
         from alchemist.client import attach
 
         return attach(self.job_dir.job_id)
-
-    def launch(self) -> None:
-        """Create the Job and Service through the Kubernetes backend (quota checked, one
-        line on any refusal; nothing half-made is left).
-
-        Raises:
-            SessionError: the backend refused (no image or volume configured, quota, RBAC).
-        """
-        from alchemist.errors import AlchemistError
-
-        jd = self.job_dir
-        job = self._job()
-        try:
-            info = job.backend.submit(job._request())
-        except AlchemistError as e:
-            jd.write_state(state="failed", reason=str(e), finished=time.time())
-            raise SessionError(f"session {jd.job_id} did not start: {e}") from None
-        for line in info.warnings:
-            print(f"[alchemist] {line}", file=sys.stderr, flush=True)
 
     def state(self, fresh: bool = False) -> dict[str, Any]:
         """The Job's state through the backend (read at most every

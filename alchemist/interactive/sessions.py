@@ -1,8 +1,9 @@
 """The notebook's side of a session: start, run cells, push and pull, stop, promote.
 
-A :class:`Session` is a job of kind ``session`` (:mod:`alchemist.interactive.jobs`)
-whose ranks are ipyparallel engines started by the session's supervisor
-(:mod:`alchemist.interactive.supervisor`). This class keeps ipyparallel out of its
+A :class:`Session` is a job of kind ``session`` (:mod:`alchemist.job.session`),
+submitted as every job is (:func:`alchemist.client.submit_session` →
+``Backend.submit``), whose ranks are ipyparallel engines: started by the local
+supervisor (:mod:`alchemist.backends.local.session`) or as the pods of an Indexed Job. This class keeps ipyparallel out of its
 interface: cells go in as source text, values as Python objects, output comes back as
 text with a rank prefix, failures as :class:`~alchemist.interactive.errors.SessionError`.
 
@@ -34,9 +35,8 @@ from typing import Any
 from alchemist.interactive import output, rankside, transcript
 from alchemist.interactive.engines import engines_for
 from alchemist.interactive.errors import CellFailed, SessionBroken, SessionError
-from alchemist.interactive.jobs import create_session_job, session_spec
 from alchemist.job.jobdir import JobDir, atomic_write_json
-from alchemist.job.session import SessionDir
+from alchemist.job.session import SessionDir, session_spec
 
 #: Default seconds a collective may wait before it fails (the process group's timeout).
 #: Short enough that an interrupted rank blocked in gloo (which ignores SIGINT) comes
@@ -162,16 +162,6 @@ class Session:
                 f"session {_current.id} ({_current.world_size} ranks) is already running:"
                 " use it, or stop it first with %alchemist_session stop"
             )
-        if backend not in ("local", "kubernetes"):
-            raise SessionError(
-                f"sessions run on the local or the kubernetes backend, not --backend {backend}"
-            )
-        if backend == "kubernetes" and gpus_per_worker > 1:
-            raise SessionError(
-                "on Kubernetes a session's rank is a pod with one GPU: ask for"
-                f" -n {workers * gpus_per_worker} --gpus-per-worker 1 instead of"
-                f" -n {workers} --gpus-per-worker {gpus_per_worker}"
-            )
         for flag, value in (
             ("--collective-timeout", collective_timeout),
             ("--start-timeout", start_timeout),
@@ -179,26 +169,14 @@ class Session:
         ):
             if value is not None and not (isinstance(value, (int, float)) and value > 0):
                 raise SessionError(f"{flag} must be a number of seconds above 0, got {value!r}")
-        from alchemist.errors import SpecError
+        from alchemist.backends import get_backend
+        from alchemist.errors import AlchemistError
 
         try:
-            spec = session_spec(workers, gpus_per_worker, name, env or {}, backend)
-        except SpecError as e:
+            spec = session_spec(workers, gpus_per_worker, name, env or {}, backend, no_warm)
+            ships_files = get_backend(backend).ships_files
+        except AlchemistError as e:
             raise SessionError(str(e)) from None
-        from alchemist.backends import get_backend
-        from alchemist.backends.local.backend import LocalBackend, _loopback_interface
-
-        admission = None
-        local = get_backend("local")
-        if backend == "local" and isinstance(local, LocalBackend):
-            from alchemist.errors import CapacityError
-            from alchemist.job.config import current_user
-
-            try:  # the ranks take the machine's CPU slots and GPUs, as a batch job's do
-                admission = local.admission(spec, current_user())
-            except CapacityError as e:
-                raise SessionError(str(e)) from None
-
         cfg = {
             "workers": workers,
             "gpus_per_worker": gpus_per_worker,
@@ -208,20 +186,25 @@ class Session:
             "idle_timeout": float(idle_timeout) if idle_timeout else None,
             # The warning comes this long before the stop: a tenth of the timeout, at most a minute.
             "idle_grace": min(IDLE_GRACE_S, float(idle_timeout) / 10) if idle_timeout else None,
-            # Pods start in the job directory, as a batch job's do (the notebook's folder
-            # is not theirs); local ranks in the notebook's folder.
-            "cwd": os.getcwd() if backend == "local" else None,
+            # Where the workers do not see the notebook's folder (pods), they start in the
+            # job directory, as a batch job's do; elsewhere in the notebook's folder.
+            "cwd": None if ships_files else os.getcwd(),
             "env": dict(env or {}),
             "name": spec.name,
             "backend": backend,
-            "loopback_if": _loopback_interface() if backend == "local" else None,
-            "admission": admission,
-            "warm": backend == "local" and not no_warm,
         }
-        job_dir = create_session_job(spec, cfg)
-        self = cls(job_dir)
-        self._activity(busy=True)  # starting: the idle timer runs from when it is ready
-        self.engines.launch()  # SessionError when the backend refuses (nothing runs then)
+        from alchemist.client import submit_session
+
+        try:
+            # The one submission path: the backend's dry run (the machine's queue asks
+            # for the ranks' CPU slots and GPUs, as for a batch job's; a quota, an
+            # image), the job directory and row, then Backend.submit.
+            job = submit_session(spec, cfg)
+        except AlchemistError as e:
+            raise SessionError(f"the session did not start: {e}") from None
+        for line in job.warnings:
+            print(f"[alchemist] {line}", file=sys.stderr, flush=True)
+        self = cls(job.job_dir)
         try:
             self._wait_ready(float(start_timeout))
         except SessionError as e:
@@ -733,7 +716,7 @@ class Session:
             collective_timeout=float(cfg["collective_timeout"]),
             start_timeout=float(cfg["start_timeout"]),
             env=cfg.get("env") or None,
-            no_warm=not cfg.get("warm", True),
+            no_warm=bool(json.loads(self.job_dir.spec.read_text()).get("no_warm")),
         )
         for n in replay:
             rec = records[n]

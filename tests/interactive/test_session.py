@@ -15,10 +15,23 @@ import pytest
 from tests.interactive.conftest import ALL_REDUCE, ANSI, interrupt_a_loop, wait_for
 
 
-def test_ranks_state_collectives_output_and_listing(started: Any, capsys: Any) -> None:
+def test_ranks_state_collectives_output_and_listing(
+    started: Any, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from alchemist import client
+    from alchemist.backends.local import LocalBackend
 
+    submitted: list[str] = []
+    submit = LocalBackend.submit
+
+    def spy(self: Any, req: Any, info: Any = None) -> Any:
+        submitted.append(req.spec.entry)
+        return submit(self, req, info)
+
+    monkeypatch.setattr(LocalBackend, "submit", spy)
     s = started(2)
+    # the one submission path: the session went through Backend.submit, as a job does
+    assert submitted == ["session"]
     assert s.pull("__name__", rank=0) == "__main__"
     # engine id = rank: each engine's RANK is its id, and torch agrees
     s.run("import os, torch.distributed as dist\nr = (int(os.environ['RANK']), dist.get_rank())")
@@ -63,6 +76,23 @@ def test_ranks_state_collectives_output_and_listing(started: Any, capsys: Any) -
     assert s.job_dir.rank_log(1).read_text().count("line 4") == 1  # output is in the rank's log
     s.stop()
     assert client.attach(s.id).status().state.value == "succeeded"
+
+
+def test_a_backend_that_runs_no_sessions_refuses_one_in_a_line(alchemist_home: Any) -> None:
+    """The backend says whether it runs sessions (``Backend.runs_sessions``); nothing is
+    created for one that does not."""
+    from alchemist import client
+    from alchemist.backends import register_backend
+    from alchemist.interactive import SessionError, session
+    from alchemist.testing.fakes import InstantBackend
+
+    register_backend(InstantBackend.name, InstantBackend())
+    try:
+        with pytest.raises(SessionError, match=r"does not run interactive sessions"):
+            session(2, backend=InstantBackend.name)
+    finally:
+        register_backend(InstantBackend.name, None)
+    assert client.jobs() == []
 
 
 def test_interrupt_reaches_every_rank_and_the_next_cell_runs(started: Any, capsys: Any) -> None:

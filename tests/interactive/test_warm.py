@@ -63,7 +63,7 @@ def test_engines_come_from_the_warm_pool_and_two_sessions_share_it_safely(
 def test_no_warm_starts_the_engines_as_new_processes(started: Any, capsys: Any) -> None:
     s = started(2, no_warm=True)
     assert "warm start" not in s.job_dir.launcher_log.read_text()
-    assert _parents(s) == {"-m alchemist.interactive.supervisor"}
+    assert _parents(s) == {"-m alchemist.backends.local.supervisor"}
     s.run(ALL_REDUCE)
     assert "[rank 1] rank=1 sum=3" in capsys.readouterr().out
 

@@ -21,7 +21,7 @@ from traitlets.config import Config
 from alchemist.backends.api import JobRequest
 from alchemist.backends.kubernetes import ENV_VARS, KubernetesBackend, slugs
 from alchemist.errors import BackendError, SpecError
-from alchemist.interactive.jobs import session_spec
+from alchemist.job.session import session_spec
 from alchemist.job.jobdir import JobDir
 from alchemist.job.spec import JobSpec, Resources
 

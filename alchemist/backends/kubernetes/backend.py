@@ -36,7 +36,7 @@ from alchemist.backends.kubernetes.status import (
     parse_time,
     status_from_objects,
 )
-from alchemist.errors import BackendError, JobNotFoundError
+from alchemist.errors import BackendError, JobNotFoundError, SpecError
 from alchemist.job.session import SESSION_ENTRY, SessionDir, read_stop
 from alchemist.job.spec import JobState, JobStatus
 
@@ -95,6 +95,7 @@ class KubernetesBackend(KubernetesConfig, Backend, metaclass=_Meta):
 
     name = "kubernetes"
     ships_files = True  # pods mount the Alchemist home, not the notebook's folder
+    runs_sessions = True  # one pod per rank, rank 0's serving the controller
 
     def __init__(self, *, api_client: Any = None, **kwargs: Any) -> None:
         """Create the backend.
@@ -192,6 +193,13 @@ class KubernetesBackend(KubernetesConfig, Backend, metaclass=_Meta):
     # -- Backend hooks ------------------------------------------------------------------
 
     def _dryrun(self, req: JobRequest) -> DryRunInfo:
+        spec = req.spec
+        if spec.entry == SESSION_ENTRY and spec.resources.gpus > 1:
+            raise SpecError(
+                "on Kubernetes a session's rank is a pod with one GPU: ask for"
+                f" -n {spec.workers * spec.resources.gpus} --gpus-per-worker 1 instead of"
+                f" -n {spec.workers} --gpus-per-worker {spec.resources.gpus}"
+            )
         objs = mf.make_manifests(req.job_id, req.owner, req.spec, req.job_dir, self.settings())
         text = _DRYRUN_HEADER.format(job_id=req.job_id) + yaml.safe_dump_all(
             objs, sort_keys=False, default_flow_style=False

@@ -29,7 +29,7 @@ from alchemist.errors import CapacityError, JobNotFoundError
 from alchemist.job import outcomes
 from alchemist.job.algorithms import needs_own_launcher
 from alchemist.job.jobdir import atomic_write_json
-from alchemist.job.spec import JobSpec, JobState, JobStatus
+from alchemist.job.spec import RANK_ENTRIES, SESSION_ENTRY, JobSpec, JobState, JobStatus
 
 #: How long a submitted job may have no state before we call its launcher lost.
 _START_GRACE_S = 30.0
@@ -87,6 +87,7 @@ class LocalBackend(Backend):
     """Jobs as detached process groups on this machine. Rank logs go to the job directory."""
 
     name = "local"
+    runs_sessions = True
 
     def __init__(self) -> None:
         # Supervisors we started, so that finished ones are reaped (no zombies).
@@ -94,6 +95,11 @@ class LocalBackend(Backend):
 
     def _command(self, req: JobRequest) -> list[str]:
         spec = req.spec
+        if spec.entry == SESSION_ENTRY:
+            # What each engine runs when it starts cold; the supervisor starts them beside
+            # the session's controller (alchemist.backends.local.session).
+            entry = RANK_ENTRIES[SESSION_ENTRY]
+            return [sys.executable, "-m", entry.module, *entry.argv(str(req.job_dir.root), "RANK")]
         if needs_own_launcher(spec.algorithm):
             from alchemist.backends.horovod_launch import horovod_argv
 
@@ -149,6 +155,7 @@ class LocalBackend(Backend):
             # too, as the rendezvous store is. The user's --env wins.
             env.setdefault("GLOO_SOCKET_IFNAME", loopback)
         request = {
+            "entry": req.spec.entry,
             "argv": argv,
             "env": env,
             "cwd": str(req.job_dir.root),
@@ -162,7 +169,13 @@ class LocalBackend(Backend):
         }
         cap = adm["capacity"]
         text = (
-            format_command(argv, env)
+            (
+                f"# an interactive session: the ipyparallel controller and {req.spec.world_size}"
+                " engines, each started as\n"
+                if req.spec.entry == SESSION_ENTRY
+                else ""
+            )
+            + format_command(argv, env)
             + f"\n# admission: {adm['slots']} of {cap['slots']} CPU slots,"
             + f" {adm['gpus']} of {cap['gpus']} GPUs"
             + " (it waits, queued, until they are free)"

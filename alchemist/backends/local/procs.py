@@ -10,6 +10,10 @@ from pathlib import Path
 
 import psutil
 
+#: Seconds a job's processes get to end on SIGTERM before they are killed (a cancel, a
+#: timeout, a failed attempt's other ranks, a session's stop).
+STOP_GRACE_S = 3.0
+
 
 def spawn_logged(
     args: list[str],

@@ -2,8 +2,9 @@
 supervisor exactly as torchrun's are: the same state, logs, timeout, cancel, restarts
 (the whole group, forked again on a new attempt prefix) and failure reasons.
 
-:func:`run` returns None when the job must run cold instead (the reason is in the
-launcher log); then nothing of the job has started.
+:meth:`WarmRanks.start` returns None when the job must run cold instead (the reason is
+in the launcher log); then nothing of the job has started. :func:`launch_ranks` also forks
+a session's engines (:mod:`.session`).
 """
 
 from __future__ import annotations
@@ -12,14 +13,13 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import Callable
 from typing import Any
 
 import psutil
 
 from alchemist.backends.local.pool import client
 from alchemist.backends.local.pool.protocol import Lines, encode
-from alchemist.backends.local.procs import terminate
+from alchemist.backends.local.procs import STOP_GRACE_S, terminate
 from alchemist.job import outcomes
 from alchemist.job.jobdir import JobDir
 
@@ -209,94 +209,93 @@ def launch_ranks(
     return None
 
 
-def run(
-    job_dir: JobDir,
-    request: dict[str, Any],
-    env: dict[str, str],
-    timeout: Any,
-    cancelled: Callable[[], bool],
-    grace: float,
-) -> dict[str, Any] | None:
-    """Run the job's ranks from the pool to the end; the final state fields, or None
-    to run it cold (nothing started)."""
-    world = int(request["world_size"])
-    max_restarts = int(request.get("max_restarts") or 0)
-    attempt = 0
-    current = _launch(job_dir, request, env, attempt)
-    if current is None:
+class WarmRanks:
+    """A batch job's ranks forked from the user's warm pool, one :class:`Attempt` at a
+    time: as torchrun does, a rank that fails with restarts left stops the whole group
+    and a new attempt starts (:meth:`check`)."""
+
+    def __init__(
+        self, job_dir: JobDir, request: dict[str, Any], env: dict[str, str], first: Attempt
+    ) -> None:
+        self.job_dir = job_dir
+        self.request = request
+        self.env = env
+        self.world = int(request["world_size"])
+        self.max_restarts = int(request.get("max_restarts") or 0)
+        self.current = first
+        self.attempt = 0
+
+    @classmethod
+    def start(
+        cls, job_dir: JobDir, request: dict[str, Any], env: dict[str, str]
+    ) -> WarmRanks | None:
+        """Fork the first attempt's ranks; None (the reason logged) to run cold instead:
+        nothing was started then."""
+        first = _launch(job_dir, request, env, 0)
+        if first is None:
+            return None
+        job_dir.write_state(state="running", started=time.time(), supervisor_pid=os.getpid())
+        return cls(job_dir, request, env, first)
+
+    def poll(self, seconds: float) -> bool:
+        self.current.poll(seconds)
+        # A failed attempt with restarts left is no end: check() starts the next one.
+        return self.current.done and not (self.current.failed() and self._restarts_left())
+
+    def _restarts_left(self) -> bool:
+        return self.attempt < self.max_restarts
+
+    def check(self) -> dict[str, Any] | None:
+        if not self.current.failed():
+            return None
+        if not self._restarts_left():
+            self.current.stop(STOP_GRACE_S)  # as torchrun: the others are stopped
+            return self.result()
+        # As torchrun: one rank failed, so the whole group stops and starts again.
+        self.current.stop(STOP_GRACE_S)
+        self.current.close()
+        self.job_dir.write_state(
+            state="restarting",
+            reason=f"attempt {self.attempt + 1} failed; restarting the workers"
+            f" ({self.attempt + 1} of {self.max_restarts} restarts)",
+        )
+        self.attempt += 1
+        nxt = _launch(self.job_dir, self.request, self.env, self.attempt)
+        if nxt is None:
+            return self.ended(
+                "failed", "the warm pool could not start the next attempt (see the launcher log)"
+            )
+        self.current = nxt
+        self.job_dir.write_state(state="running", reason=None)
         return None
-    started = time.time()
-    job_dir.write_state(state="running", started=started, supervisor_pid=os.getpid())
-    reason = None
-    stopped = False
-    look = time.time() + 1.0  # when to look for ranks stuck in teardown next
-    while True:
-        current.poll(0.2)
-        late = None
-        if not current.done and time.time() >= look:
-            look = time.time() + 1.0
-            late = outcomes.teardown_overdue(job_dir, world)
-        if cancelled() or job_dir.cancel_marker.exists():
-            stopped, reason = True, "cancelled by the user"
-        elif timeout and time.time() - started > timeout:
-            reason = f"timed out after {timeout:g} s (--timeout)"
-        elif current.failed() and attempt < max_restarts:
-            # As torchrun: one rank failed, so the whole group stops and starts again.
-            current.stop(grace)
-            current.close()
-            job_dir.write_state(
-                state="restarting",
-                reason=f"attempt {attempt + 1} failed; restarting the workers"
-                f" ({attempt + 1} of {max_restarts} restarts)",
-            )
-            attempt += 1
-            nxt = _launch(job_dir, request, env, attempt)
-            if nxt is None:
-                reason = "the warm pool could not start the next attempt (see the launcher log)"
-                break
-            current = nxt
-            job_dir.write_state(state="running", reason=None)
-            continue
-        elif current.failed():
-            current.stop(grace)  # as torchrun: the others are stopped
-            break
-        elif current.done:
-            break
-        elif late is not None:
-            left = sorted(r for r in current.procs if r not in current.codes)
-            print(
-                f"[alchemist] every rank's code finished {late:.0f} s ago, but rank(s)"
-                f" {', '.join(map(str, left))} are still in teardown (interpreter exit,"
-                " atexit handlers, the process group); stopping them",
-                flush=True,
-            )
-        else:
-            continue
-        current.stop(grace)
-        break
-    current.close()
-    codes = current.codes
-    if stopped:
-        return {"state": "cancelled", "reason": reason, "exit_code": None}
-    if reason:
-        return {"state": "failed", "reason": reason, "exit_code": None}
-    failed = current.failed()
-    if not failed or outcomes.work_finished(job_dir, world):
-        if failed:
-            print(
-                f"[alchemist] rank {failed[0]} exited with status {codes[failed[0]]} after"
-                " every rank's code had finished; the job succeeded",
-                flush=True,
-            )
-        return {"state": "succeeded", "reason": None, "exit_code": 0}
-    # The rank that died first, as torchrun's report would name it: ranks stopped by our
-    # SIGTERM after the first failure are not the cause.
-    first = failed[0]
-    exit_code = codes[first]
-    known = {r: codes[r] for r in failed if r not in current.unknown}
-    why = outcomes.died_first(job_dir, world, codes=known)
-    return {
-        "state": "failed",
-        "reason": why or outcomes.failure_reason(job_dir, exit_code),
-        "exit_code": exit_code if exit_code >= 0 else 128 - exit_code,
-    }
+
+    def stop(self, grace: float) -> None:
+        self.current.stop(grace)
+        self.current.close()
+
+    def ended(self, state: str, reason: str) -> dict[str, Any]:
+        return {"state": state, "reason": reason, "exit_code": None}
+
+    def result(self) -> dict[str, Any]:
+        current = self.current
+        codes = current.codes
+        failed = current.failed()
+        if not failed or outcomes.work_finished(self.job_dir, self.world):
+            if failed:
+                print(
+                    f"[alchemist] rank {failed[0]} exited with status {codes[failed[0]]}"
+                    " after every rank's code had finished; the job succeeded",
+                    flush=True,
+                )
+            return {"state": "succeeded", "reason": None, "exit_code": 0}
+        # The rank that died first, as torchrun's report would name it: ranks stopped by
+        # our SIGTERM after the first failure are not the cause.
+        first = failed[0]
+        exit_code = codes[first]
+        known = {r: codes[r] for r in failed if r not in current.unknown}
+        why = outcomes.died_first(self.job_dir, self.world, codes=known)
+        return {
+            "state": "failed",
+            "reason": why or outcomes.failure_reason(self.job_dir, exit_code),
+            "exit_code": exit_code if exit_code >= 0 else 128 - exit_code,
+        }

@@ -27,7 +27,7 @@ import pytest
 
 from alchemist import client
 from alchemist.diagnosis import progress, stacks
-from tests.diagnosis.helpers import diagnose_until, line_of, logged, wait_for
+from tests.support.diagnose import diagnose_until, line_of, logged, wait_for
 
 CELL = """
 import os, time, torch, alchemist

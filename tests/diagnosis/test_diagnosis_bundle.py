@@ -27,7 +27,7 @@ from alchemist.errors import AlchemistError
 from alchemist.job.jobdir import JobDir
 from alchemist.job.spec import JobState
 from alchemist.runtime import hooks, recorder
-from tests.diagnosis.helpers import diagnose_until, line_of, logged, wait_for
+from tests.support.diagnose import diagnose_until, line_of, logged, wait_for
 
 STUCK = """
 import time, torch, torch.distributed as dist, alchemist

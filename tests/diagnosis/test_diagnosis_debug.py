@@ -23,7 +23,7 @@ from alchemist.job.jobdir import JobDir
 from alchemist.job.options import check_body_types, describe_options
 from alchemist.job.spec import JobState
 from alchemist.runtime import hooks, recorder
-from tests.diagnosis.helpers import logged, wait_for
+from tests.support.diagnose import logged, wait_for
 
 DESYNC = """
 import torch, torch.distributed as dist

@@ -24,7 +24,7 @@ from alchemist import cli, client
 from alchemist.diagnosis import progress, report
 from alchemist.job.spec import JobState
 from alchemist.runtime import hooks
-from tests.diagnosis.helpers import MISSING, diagnose_until, line_of, logged, wait_for
+from tests.support.diagnose import MISSING, diagnose_until, line_of, logged, wait_for
 
 
 def test_a_missing_rank_is_named_with_its_frame_within_seconds(

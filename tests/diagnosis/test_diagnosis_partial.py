@@ -15,7 +15,7 @@ from typing import Any
 
 from alchemist import client
 from alchemist.diagnosis import report
-from tests.diagnosis.helpers import STOPPED, line_of, stopped_job
+from tests.support.diagnose import STOPPED, line_of, stopped_job
 
 
 def test_partial_reports_name_the_rank_still_awaited_and_the_final_one_says_it_was_silent(

@@ -19,7 +19,7 @@ from typing import Any
 from alchemist import client
 from alchemist.diagnosis import report
 from alchemist.job.spec import JobState
-from tests.diagnosis.helpers import diagnose_until, line_of, logged, wait_for
+from tests.support.diagnose import diagnose_until, line_of, logged, wait_for
 
 NUMBERED = """
 import time, torch, torch.distributed as dist

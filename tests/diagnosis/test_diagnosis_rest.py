@@ -24,8 +24,8 @@ from alchemist.backends.local.procs import read_pid
 from alchemist.diagnosis import collect
 from alchemist.job.jobdir import JobDir
 from alchemist.store import get_store
-from tests.diagnosis.helpers import STOPPED
-from tests.server.jobs import Api, make_record
+from tests.support.diagnose import STOPPED
+from tests.support.jobs import Api, make_record
 
 CELL = """
 import time, torch, torch.distributed as dist

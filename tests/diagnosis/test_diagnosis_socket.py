@@ -31,8 +31,8 @@ from alchemist.diagnosis import collect, stacks
 from alchemist.job.jobdir import JobDir
 from alchemist.job.spec import JobState
 from alchemist.runtime import hooks
-from tests.core.helpers import as_nobody
-from tests.diagnosis.helpers import diagnose_until, line_of, logged, wait_for
+from tests.support.diagnose import diagnose_until, line_of, logged, wait_for
+from tests.support.helpers import as_nobody
 
 CELL = """
 import time, torch, torch.distributed as dist, alchemist

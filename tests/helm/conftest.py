@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helm.chart import find_helm
+from tests.support.chart import find_helm
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ from traitlets.config import Config
 
 from alchemist.hub.kubernetes import backend_environment, configure_hub
 from alchemist.hub.kubernetes.tenancy import USER_RULES
-from tests.helm.chart import (
+from tests.support.chart import (
     ALL_ON_VALUES,
     CHART,
     SHARED_VALUES,
@@ -188,7 +188,7 @@ ALL_ON_SHARED = (ALL_ON_VALUES, SHARED_VALUES)
 
 def test_user_pods_may_manage_exactly_jobs_services_pods_and_logs(helm: str) -> None:
     """tenancy.mode shared: the chart's own user Role (in namespaces mode the hub makes
-    one per user; tests/hub_kubernetes/test_tenancy.py checks those)."""
+    one per user; tests/hub/kubernetes/test_tenancy.py checks those)."""
     docs = render(helm, ALL_ON_SHARED)
     (role,) = find(docs, "Role", "-user")
     assert role["metadata"]["namespace"] == "alchemist-users"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.images.builders import REPO, find_builder
+from tests.support.builders import REPO, find_builder
 
 _summary: list[str] = []
 

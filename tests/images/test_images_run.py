@@ -4,7 +4,7 @@ CPU variant), run here.
 - worker: a real 2-rank job of the kubernetes backend, its pods' commands run inside
   the image (worker_job.py) as the pod security context's uid, the job folder mounted
   where the chart mounts the shared volume; the job trains and its outputs come back.
-  The API server and kubelet are the stand-ins of tests/kubernetes (no cluster here);
+  The API server and kubelet are the stand-ins of tests/backends/kubernetes (no cluster here);
   the processes, torch.distributed's rendezvous and the image are real.
 - notebook: JupyterLab in the image lists the side panel and the server extension,
   enabled, for the notebook's uid.
@@ -26,7 +26,7 @@ from pathlib import Path, PurePosixPath
 import cloudpickle
 import pytest
 
-from tests.images.builders import REPO, VALUES, Image, chart_tag
+from tests.support.builders import REPO, VALUES, Image, chart_tag
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
@@ -99,7 +99,7 @@ def test_notebook_image_shows_the_panel_and_the_server_extension(images: str) ->
 def _rendered_hub_config(folder: Path) -> dict[str, str]:
     """Write the hub ConfigMap's files, as real Helm renders them, into ``folder``, and
     return the hub's environment from the rendered Secret."""
-    from tests.helm.chart import find_helm, render
+    from tests.support.chart import find_helm, render
 
     helm = find_helm()
     if helm is None:

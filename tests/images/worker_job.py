@@ -4,7 +4,7 @@ image, then print the job's end as JSON. tests/images/test_images_run.py runs th
 Run as ``unshare --mount`` with the test's folder bound on /mnt, so that this process
 (playing the notebook pod) sees the shared volume at the chart's ``shared.mountPath``
 (/mnt/alchemist), the path every pod command and env of the job names, with nothing
-changed on the host. The pods are the stand-in kubelet's (tests/kubernetes/k8s_standin),
+changed on the host. The pods are the stand-in kubelet's (tests/backends/kubernetes/k8s_standin),
 but each runs its container's command inside the image: its own root file system, as
 the pod security context's uid and gid, the volume mounted where the chart mounts it.
 
@@ -24,8 +24,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tests.images.builders import VALUES, Image  # noqa: E402
-from tests.kubernetes.k8s_standin import ProcessKubelet, pod_process, standin_backend  # noqa: E402
+from tests.support.builders import VALUES, Image  # noqa: E402
+from tests.support.k8s_standin import ProcessKubelet, pod_process, standin_backend  # noqa: E402
 
 CELL = """
 import os, sys

@@ -81,7 +81,7 @@ def assert_guessed_key_refused(
     import json
     import sys
 
-    from tests.core.helpers import as_nobody
+    from tests.support.helpers import as_nobody
 
     info = json.loads(client_file.read_text())
     info["key"] = "0" * len(info["key"])  # everything but the secret

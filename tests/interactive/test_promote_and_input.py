@@ -130,7 +130,7 @@ def test_another_user_cannot_reach_the_controller(started: Any) -> None:
     """The connection files (they hold the key that signs every message) are 0600 in a
     0700 folder: ``nobody`` cannot read them, and a client with the right ports but a
     guessed key is never answered, so it cannot run code on the ranks."""
-    from tests.core.helpers import as_nobody
+    from tests.support.helpers import as_nobody
 
     s = started(2)
     security = s.dirs.security

@@ -3,7 +3,7 @@
 The widget's model is driven as :meth:`Session.run` drives it (``show`` many times, then
 ``close``), in a real IPython shell whose display messages are captured; the text it
 sends to the browser is read back from the HTML widget's value. The same widget in a
-real JupyterLab is ``tests/browser/test_session_output.py``.
+real JupyterLab is ``tests/interactive/test_session_output.py``.
 """
 
 from __future__ import annotations

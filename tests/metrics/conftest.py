@@ -21,7 +21,7 @@ from alchemist.job.jobdir import JobDir
 from alchemist.job.spec import JobState, JobStatus
 from alchemist.metrics.tail import read_lines
 from tests.conftest import processes_under
-from tests.metrics.lab_helpers import (
+from tests.support.lab import (
     CHROMIUM,
     CHROMIUM_ARGS,
     CURVES_CELL,

@@ -82,7 +82,7 @@ def test_the_tail_of_a_big_log_reads_only_its_end(
 
 def test_a_jobs_log_tail_follows_on_with_log_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
     from alchemist import client
-    from tests.server.jobs import USER, make_record
+    from tests.support.jobs import USER, make_record
 
     monkeypatch.setenv("JUPYTERHUB_USER", USER)
     record, job_dir = make_record()

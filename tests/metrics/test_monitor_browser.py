@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.metrics.lab_helpers import OUTPUT, POINTS_JS, open_and_run, wait_for_monitor
+from tests.support.lab import OUTPUT, POINTS_JS, open_and_run, wait_for_monitor
 
 pytestmark = pytest.mark.browser
 

@@ -30,8 +30,8 @@ from alchemist import client
 from alchemist.diagnosis import progress
 from alchemist.job.spec import JobState
 from alchemist.widgets.diagnosis import diagnosis_html
-from tests.diagnosis.helpers import MISSING, line_of, logged, stopped_job, wait_for
-from tests.metrics.lab_helpers import OUTPUT, POINTS_JS, open_and_run, wait_for_monitor
+from tests.support.diagnose import MISSING, line_of, logged, stopped_job, wait_for
+from tests.support.lab import OUTPUT, POINTS_JS, open_and_run, wait_for_monitor
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.hub_embedded.hubproc import PROXY, free_port, wait_until
+from tests.support.hubproc import PROXY, free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

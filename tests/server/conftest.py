@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pytest_jupyter.jupyter_server import *  # noqa: F403  (fixtures and hooks)
 
-from tests.server.jobs import USER, Api
+from tests.support.jobs import USER, Api
 
 
 @pytest.fixture  # type: ignore[no-redef]  # replaces pytest-jupyter's fixture

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.server.jobs import make_record
+from tests.support.jobs import make_record
 
 
 @pytest.fixture

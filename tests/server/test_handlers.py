@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from alchemist.store import get_store
-from tests.server.jobs import USER, Api, make_record, write_events
+from tests.support.jobs import USER, Api, make_record, write_events
 
 TRAIN_NOTEBOOK = {
     "cells": [

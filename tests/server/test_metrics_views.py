@@ -8,7 +8,7 @@ import json
 
 from alchemist.metrics.attempts import surviving
 from alchemist.metrics.reader import MetricsReader
-from tests.server.jobs import Api, make_record, write_events
+from tests.support.jobs import Api, make_record, write_events
 
 
 async def test_the_metrics_summary_is_bounded_and_continues_by_cursor(api: Api) -> None:

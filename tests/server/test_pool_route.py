@@ -12,8 +12,8 @@ import pytest
 
 from alchemist.backends.local.pool import client as pool_client
 from alchemist.backends.local.pool import state
-from tests.server.jobs import Api
 from tests.server.test_handlers import wait_for_state
+from tests.support.jobs import Api
 
 
 @pytest.fixture

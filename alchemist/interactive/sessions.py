@@ -775,7 +775,10 @@ class Session:
         frees the machine's CPU slots or GPUs it holds."""
         if self.engines.backend != "local" or job.spec.backend != "local" or not self.running():
             return
-        adm = self.config.get("admission") or {}
+        try:  # what the local backend's dry run asked of the machine's queue
+            adm = json.loads(self.job_dir.launch.read_text()).get("admission") or {}
+        except (OSError, ValueError):
+            return
         cap = adm.get("capacity") or {}
         slots = int(cap.get("slots") or 0)
         gpus = int(cap.get("gpus") or 0)

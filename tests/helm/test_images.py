@@ -102,7 +102,7 @@ def test_the_venv_is_installed_at_the_locks_versions() -> None:
     installed = {
         canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions()
     }
-    installed.pop("alchemist", None)
+    installed.pop("jupyter-alchemist", None)  # this checkout, installed editable
     installed.pop("pip", None)
     pinned = lock()
     wrong = {

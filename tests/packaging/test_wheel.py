@@ -206,7 +206,7 @@ def test_jupyterlab_lists_the_panel_enabled(fresh: FreshEnv) -> None:
     )
     assert proc.returncode == 0, proc.stdout
     assert re.search(
-        r"alchemist-jupyterlab v\S+ enabled\s+OK \(python, alchemist\)", proc.stdout
+        r"alchemist-jupyterlab v\S+ enabled\s+OK \(python, jupyter-alchemist\)", proc.stdout
     ), proc.stdout
     panel = fresh.prefix / "share" / "jupyter" / "labextensions" / "alchemist-jupyterlab"
     assert (panel / "package.json").is_file() and (panel / "install.json").is_file()

@@ -18,8 +18,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "alchemist"
-ALL_ON_VALUES = Path(__file__).resolve().parent / "values-all-on.yaml"
-SHARED_VALUES = Path(__file__).resolve().parent / "values-shared.yaml"
+ALL_ON_VALUES = REPO / "tests" / "helm" / "values-all-on.yaml"
+SHARED_VALUES = REPO / "tests" / "helm" / "values-shared.yaml"
 
 
 def find_helm() -> str | None:

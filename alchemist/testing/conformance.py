@@ -104,3 +104,27 @@ class BackendContract:
         )
         with pytest.raises(JobNotFoundError):
             backends.get_backend(backend_name).status(ghost)
+
+    def test_a_session_goes_through_the_same_dry_run_or_is_refused_in_a_line(
+        self, backend_name: str, alchemist_home: Path
+    ) -> None:
+        """An interactive session is submitted as every job is (``client.submit_session``
+        → ``Backend.dryrun``/``submit``): a backend that runs sessions shows what it would
+        start; one that does not refuses in one line. Nothing is written either way."""
+        from alchemist.client import submit_session
+        from alchemist.errors import SpecError
+        from alchemist.job.session import session_spec
+
+        spec = session_spec(2, 0, "contract", {}, backend=backend_name)
+        config = {"workers": 2, "world_size": 2, "collective_timeout": 60.0}
+        if backends.get_backend(backend_name).runs_sessions:
+            dry = submit_session(spec, config, dry_run=True)
+            assert dry.info.backend == backend_name and dry.job_id.startswith("s")
+            assert dry.bundle is None and dry.text
+        else:
+            with pytest.raises(SpecError, match="does not run interactive sessions"):
+                submit_session(spec, config, dry_run=True)
+        assert alchemist.jobs() == []
+        assert not (alchemist_home / "jobs").exists() or not any(
+            (alchemist_home / "jobs").iterdir()
+        )

@@ -30,7 +30,7 @@ from alchemist.errors import (
 )
 from alchemist.job import config
 from alchemist.job.jobdir import JobDir, atomic_write_json, make_private_dir
-from alchemist.job.options import spec_from_options
+from alchemist.job.options import options_for, spec_from_options
 from alchemist.job.spec import JobSpec, JobState, JobStatus, spec_dict
 from alchemist.store import JobRecord, get_store
 
@@ -311,11 +311,9 @@ def _default_namespace() -> dict[str, Any]:
 def make_spec(*, entry: str = "cell", **options: Any) -> JobSpec:
     """A validated :class:`JobSpec` from job options as keyword arguments.
 
-    The keywords are the options of :data:`alchemist.job.options.JOB_OPTIONS` (``workers``,
-    ``gpus_per_worker``, ``algorithm``, ``algorithm_options``, ``backend``, ``name``,
-    ``max_restarts``, ``timeout``, ``global_batch``, ``env``, ``image``, ``cpu``,
-    ``memory``, ``outputs``); one left out (or None) takes the table's default. An unset
-    ``backend`` is ``$ALCHEMIST_BACKEND``, else ``local``.
+    The keywords are the options of :data:`alchemist.job.options.JOB_OPTIONS` ({option_names});
+    one left out (or None) takes the table's default. An unset ``backend`` is
+    ``$ALCHEMIST_BACKEND``, else ``local``.
 
     Args:
         entry: what the workers run (``cell``, ``script`` or ``function``).
@@ -359,9 +357,7 @@ def submit(
         args: a ``.py`` script's command-line arguments: its ``sys.argv`` is the script's
             name and these, as under torchrun (``alchemist submit train.py -- ARGS``).
         **options: the job options, as for :func:`make_spec` (the table in
-            :mod:`alchemist.job.options`: ``workers``, ``gpus_per_worker``, ``backend``,
-            ``name``, ``max_restarts``, ``timeout``, ``env``, ``outputs``, ``algorithm``,
-            ``algorithm_options``, ``global_batch``, ``image``, ``cpu``, ``memory``).
+            :mod:`alchemist.job.options`: {option_names}).
 
     Returns:
         A :class:`Job`, or a :class:`DryRun` when ``dry_run``.
@@ -642,3 +638,9 @@ def attach(job_id: str) -> Job:
     if record.owner != config.current_user():
         raise PermissionDeniedError(f"job {job_id!r} belongs to another user")
     return Job(record)
+
+
+# The option names in the docstrings come from the one table, so they cannot go stale.
+_OPTION_NAMES = ", ".join(f"``{opt.name}``" for opt in options_for("python"))
+for _documented in (make_spec, submit):
+    _documented.__doc__ = (_documented.__doc__ or "").replace("{option_names}", _OPTION_NAMES)

@@ -28,6 +28,7 @@ from typing import Any
 from alchemist.errors import SpecError
 from alchemist.job.algorithms import ALGORITHMS
 from alchemist.job.algorithms import flag_help as algorithm_option_help
+from alchemist.job.spec import JobSpec, Resources
 
 #: The entry points an option can be offered by. ``rest`` covers the panel too: the
 #: panel's form is built from what the REST API lists.
@@ -100,12 +101,20 @@ class JobOption:
         return {"kv": "K=V", "kv_typed": "K=V", "names": "a,b"}.get(self.type)
 
 
+def _spec_default(name: str, resource: bool = False) -> Any:
+    """The default of :class:`JobSpec`'s (``resource``: :class:`Resources`') field
+    ``name``: the one place a default is written, read here for help texts, the REST
+    schema and the panel's form."""
+    cls: Any = Resources if resource else JobSpec
+    return cls.__dataclass_fields__[name].default
+
+
 #: Every job option, in the order help texts and the panel's form show them.
 JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption(
         name="workers",
         type="int",
-        default=2,
+        default=_spec_default("workers"),
         help="number of workers",
         flags=("-n", "--workers"),
         label="Workers",
@@ -114,7 +123,7 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption(
         name="gpus_per_worker",
         type="int",
-        default=0,
+        default=_spec_default("gpus", resource=True),
         help="GPUs per worker (0: CPU); one process per GPU",
         flags=("--gpus-per-worker",),
         label="GPUs / worker",
@@ -124,7 +133,7 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption(
         name="algorithm",
         type="str",
-        default="sync",
+        default=_spec_default("algorithm"),
         help="distributed algorithm",
         flags=("--algorithm",),
         label="Algorithm",
@@ -157,7 +166,7 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption(
         name="max_restarts",
         type="int",
-        default=0,
+        default=_spec_default("max_restarts"),
         help="restarts of the worker group after a failure",
         flags=("--max-restarts",),
         label="Max restarts",
@@ -246,7 +255,7 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption(
         name="debug",
         type="bool",
-        default=False,
+        default=_spec_default("debug"),
         help="run with TORCH_DISTRIBUTED_DEBUG=DETAIL: ranks that call different"
         " collectives fail at once, naming both (slower collectives)",
         flags=("--debug",),
@@ -255,7 +264,7 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption(
         name="no_warm",
         type="bool",
-        default=False,
+        default=_spec_default("no_warm"),
         help="start the ranks as fresh processes instead of forking them from your warm"
         " pool (local backend)",
         flags=("--no-warm",),
@@ -410,8 +419,6 @@ def spec_from_options(
     Raises:
         SpecError: an unknown option (naming the valid ones) or an invalid value.
     """
-    from alchemist.job.spec import JobSpec, Resources
-
     unknown = sorted(set(options) - set(_BY_NAME))
     if unknown:
         raise SpecError(

@@ -3,8 +3,8 @@
 A :class:`Session` is a job of kind ``session`` (:mod:`alchemist.job.session`),
 submitted as every job is (:func:`alchemist.client.submit_session` →
 ``Backend.submit``), whose ranks are ipyparallel engines: started by the local
-supervisor (:mod:`alchemist.backends.local.session`) or as the pods of an Indexed Job. This class keeps ipyparallel out of its
-interface: cells go in as source text, values as Python objects, output comes back as
+supervisor (:mod:`alchemist.backends.local.session`) or as the pods of an Indexed Job.
+This class keeps ipyparallel out of its interface: cells go in as source text, values as Python objects, output comes back as
 text with a rank prefix, failures as :class:`~alchemist.interactive.errors.SessionError`.
 
 Contract:

@@ -146,10 +146,11 @@ def main(argv: list[str]) -> int:
     except Exception as e:  # said in the launcher log and the state
         print(f"[alchemist] supervisor: {type(e).__name__}: {e}", flush=True)
         final = {"state": "failed", "reason": f"the supervisor failed: {e}"}
-    finally:
         if ranks is not None:
-            ranks.stop(STOP_GRACE_S)  # nothing of the job outlives its supervisor
-        # Free the job's place before the state says it ended: whoever sees the end
+            ranks.stop(STOP_GRACE_S)  # nothing of the job outlives a failed supervisor
+    finally:
+        # (Ranks that ended by themselves are left to end: a rank 0 still writing its
+        # last TensorBoard events is not stopped.) Free the job's place before the state says it ended: whoever sees the end
         # may submit the next job at once.
         if queue is not None:
             queue.release(job_dir.job_id)

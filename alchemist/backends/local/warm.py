@@ -278,6 +278,7 @@ class WarmRanks:
 
     def result(self) -> dict[str, Any]:
         current = self.current
+        current.close()
         codes = current.codes
         failed = current.failed()
         if not failed or outcomes.work_finished(self.job_dir, self.world):

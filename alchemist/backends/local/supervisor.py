@@ -149,9 +149,9 @@ def main(argv: list[str]) -> int:
         if ranks is not None:
             ranks.stop(STOP_GRACE_S)  # nothing of the job outlives a failed supervisor
     finally:
-        # (Ranks that ended by themselves are left to end: a rank 0 still writing its
-        # last TensorBoard events is not stopped.) Free the job's place before the state says it ended: whoever sees the end
-        # may submit the next job at once.
+        # Ranks that ended by themselves are left to end (a rank 0 still writing its
+        # last TensorBoard events is not stopped). Free the job's place before the state
+        # says it ended: whoever sees the end may submit the next job at once.
         if queue is not None:
             queue.release(job_dir.job_id)
         job_dir.write_state(finished=time.time(), **final)

@@ -64,9 +64,7 @@ class Liveness:
 
 
 def _live_pids(job_dir: JobDir) -> dict[int, psutil.Process]:
-    roots = [
-        p for p in (read_pid(job_dir.launcher_pid), read_pid(job_dir.pids / "torchrun.pid")) if p
-    ]
+    roots = [p for p in (read_pid(job_dir.launcher_pid), read_pid(job_dir.torchrun_pid)) if p]
     return {p.pid: p for p in job_processes(job_dir.root, roots)}
 
 

@@ -221,6 +221,11 @@ class JobDir:
         return self.pids / "launcher.pid"
 
     @property
+    def torchrun_pid(self) -> Path:
+        """The pid file of a cold job's torchrun (local backend)."""
+        return self.pids / "torchrun.pid"
+
+    @property
     def launch(self) -> Path:
         """``launch.json``: the launch request the dry run made (local backend)."""
         return self.root / "launch.json"

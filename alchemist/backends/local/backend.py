@@ -271,7 +271,7 @@ class LocalBackend(Backend):
         work that finished is a success, never "the launcher is gone".
         """
         jd = req.job_dir
-        torchrun = read_pid(jd.pids / "torchrun.pid")
+        torchrun = read_pid(jd.torchrun_pid)
         if state == JobState.RUNNING and job_processes(jd.root, [torchrun] if torchrun else []):
             return st, state
         world = req.spec.world_size
@@ -303,7 +303,7 @@ class LocalBackend(Backend):
         while time.time() < deadline and alive(launcher):
             self._reap()
             time.sleep(0.05)
-        roots = [p for p in (launcher, read_pid(jd.pids / "torchrun.pid")) if p]
+        roots = [p for p in (launcher, read_pid(jd.torchrun_pid)) if p]
         left = job_processes(jd.root, roots)
         if left:
             terminate(left, grace=2.0)

@@ -31,7 +31,7 @@ class TorchrunRanks:
     def start(cls, job_dir: JobDir, request: dict[str, Any], env: dict[str, str]) -> TorchrunRanks:
         job_dir.write_state(state="running", started=time.time(), supervisor_pid=os.getpid())
         proc = subprocess.Popen(request["argv"], env=env, cwd=request.get("cwd") or None)
-        (job_dir.pids / "torchrun.pid").write_text(str(proc.pid))
+        job_dir.torchrun_pid.write_text(str(proc.pid))
         return cls(job_dir, proc, request)
 
     def poll(self, seconds: float) -> bool:

@@ -69,8 +69,10 @@ class SessionRanks:
         self.clock = IdleClock(self.sd, cfg)
 
     @classmethod
-    def stopped_before_start(cls, job_dir: JobDir) -> dict[str, Any] | None:
-        """The final state of a session asked to stop while it waited in the queue."""
+    def asked_to_stop(cls, job_dir: JobDir) -> dict[str, Any] | None:
+        """The final state the notebook asked for with the stop marker (an empty marker:
+        the user's stop; a reason: the notebook gave up on a session that did not
+        start), or None when nobody asked."""
         marker = SessionDir(job_dir).stop_marker
         if marker.exists():
             state, reason = read_stop(marker)
@@ -135,10 +137,9 @@ class SessionRanks:
         return False  # a session ends only when asked to, or when a process of it ends
 
     def check(self) -> dict[str, Any] | None:
-        if self.sd.stop_marker.exists():
-            # A reason in the marker: the notebook gave up on the session (it did not start).
-            state, reason = read_stop(self.sd.stop_marker)
-            return {"state": state, "reason": reason}
+        asked = self.asked_to_stop(self.job_dir)
+        if asked is not None:
+            return asked
         ended = self._ended()
         if ended is not None:
             name, code = ended

@@ -133,7 +133,7 @@ def main(argv: list[str]) -> int:
         if granted is None:
             final = {"state": "cancelled", "reason": "cancelled by the user"}
             if session:
-                final = SessionRanks.stopped_before_start(job_dir) or final
+                final = SessionRanks.asked_to_stop(job_dir) or final
         else:
             ranks = start(job_dir, request, env, granted)
             final = supervise(

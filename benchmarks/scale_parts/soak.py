@@ -72,7 +72,11 @@ def _job_processes(home: str) -> int:
 
 def _server_pid() -> int:
     for child in psutil.Process().children():
-        if "jupyter_server" in " ".join(child.cmdline()):
+        try:
+            cmdline = child.cmdline()
+        except psutil.Error:  # a child that already ended (a zombie not yet reaped)
+            continue
+        if "jupyter_server" in " ".join(cmdline):
             return child.pid
     raise RuntimeError("the Jupyter server is not a child of this process")
 

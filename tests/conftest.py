@@ -6,6 +6,7 @@ it leaves a process behind that runs from that home: jobs must never leak worker
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -97,6 +98,18 @@ def alchemist_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
                 pass
         psutil.wait_procs(left, timeout=5)
         pytest.fail(f"test left {len(left)} process(es) behind: {desc}")
+    _remove_runtime_folders(home)
+
+
+def _remove_runtime_folders(home: Path) -> None:
+    """The runtime folders (``config.runtime_dir``) this test's home made in the
+    machine's temporary directory: a real user keeps one; a test run would leave one
+    per test."""
+    import shutil
+
+    for pointer in (home / "runtime").glob("[!.]*"):
+        with contextlib.suppress(OSError):
+            shutil.rmtree(pointer.read_text().strip(), ignore_errors=True)
 
 
 @pytest.fixture

@@ -27,10 +27,10 @@
   written to a hidden file and renamed, so a reader never sees half of one. Like the
   watchdog it needs the GIL: a rank holding it in C code answers when the call returns.
 - **Socket responder** (local jobs: fast, every thread): a daemon thread listens on a
-  unix socket in a private folder of the machine's temporary directory
-  (:func:`socket_dir`: ``<tmp>/alchemist-diag-<uid>/``, 0700, the user's own; a folder
-  there that another account owns or can write is refused, and the rank goes without
-  the socket) and answers a connection that sends ``stacks`` with the same text as a
+  unix socket in the account's private runtime folder (:func:`socket_dir`:
+  ``<runtime>/diag/``, see :func:`alchemist.job.config.runtime_dir`: a folder of the
+  temporary directory with an unguessable name, 0700; a folder that another account
+  owns or can write is refused, and the rank goes without the socket) and answers a connection that sends ``stacks`` with the same text as a
   request file's answer. It reads the peer's credentials (``SO_PEERCRED``) first and
   hangs up on any other account's process. The socket is removed when the rank's code
   ends (:func:`stop`); one left by a rank that was killed is replaced by the next rank
@@ -57,12 +57,12 @@ import socket
 import stat
 import struct
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import IO, Any
 
+from alchemist.job.config import runtime_dir
 from alchemist.job.jobdir import JobDir, atomic_write_json, make_private_dir
 from alchemist.runtime import recorder
 
@@ -91,8 +91,8 @@ RESPONDER_POLL_S = 0.5
 RESPONDER_FRESH_S = 2.0
 #: Requests older than this (seconds, by mtime) are not answered: nobody waits for them.
 REQUEST_MAX_AGE_S = 60.0
-#: The private folder of the ranks' sockets, in the temporary directory: this + the uid.
-SOCKET_DIR_PREFIX = "alchemist-diag-"
+#: The folder of the ranks' sockets in the account's runtime folder.
+SOCKET_DIR_NAME = "diag"
 #: What a collector sends on a rank's socket to ask for its stacks.
 SOCKET_REQUEST = b"stacks\n"
 #: The longest path a unix socket may have (``sun_path`` is 108 bytes with its NUL).
@@ -130,8 +130,8 @@ def answer_path(request: Path, rank: int) -> Path:
 
 
 def socket_dir() -> Path:
-    """The folder of this account's rank sockets: ``<tmp>/alchemist-diag-<uid>``."""
-    return Path(tempfile.gettempdir()) / f"{SOCKET_DIR_PREFIX}{os.getuid()}"
+    """The folder of this account's rank sockets: ``<runtime>/diag``."""
+    return runtime_dir() / SOCKET_DIR_NAME
 
 
 def socket_path(job_id: str, rank: int) -> Path:

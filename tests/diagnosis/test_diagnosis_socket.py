@@ -246,8 +246,8 @@ def test_a_stale_socket_is_replaced_and_an_unsafe_folder_refused(
     finally:
         live.stop()
 
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     bad = hooks.socket_dir()
+    bad.rmdir()
     bad.mkdir(mode=0o700)
     bad.chmod(0o777)
     with pytest.raises(OSError, match="can be written by other accounts"):
@@ -261,10 +261,9 @@ def test_a_stale_socket_is_replaced_and_an_unsafe_folder_refused(
 def test_a_rank_with_no_usable_socket_folder_says_so_and_still_answers_the_signal(
     tmp_path: Path,
 ) -> None:
-    unsafe = tmp_path / "tmp"
-    unsafe.mkdir()
-    (unsafe / f"{hooks.SOCKET_DIR_PREFIX}{os.getuid()}").mkdir(mode=0o777)
-    (unsafe / f"{hooks.SOCKET_DIR_PREFIX}{os.getuid()}").chmod(0o777)
+    unsafe = hooks.socket_dir()
+    unsafe.mkdir(mode=0o777)
+    unsafe.chmod(0o777)
     job_dir = JobDir(tmp_path / "job").create()
     script = (
         "import sys, time\nfrom pathlib import Path\n"
@@ -274,7 +273,6 @@ def test_a_rank_with_no_usable_socket_folder_says_so_and_still_answers_the_signa
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", script, str(job_dir.root)],
-        env={**os.environ, "TMPDIR": str(unsafe)},
         stdout=subprocess.PIPE,
         text=True,
     )

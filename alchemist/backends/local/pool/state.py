@@ -1,9 +1,10 @@
 """Where a user's warm pool lives, and what it says of itself.
 
 A pool's folder is ``<base>/<interpreter key>``, where ``<base>`` is
-``$ALCHEMIST_POOL_DIR`` or ``<tmp>/alchemist-pool-<uid>`` (a local folder, 0700, owned
-by the user: its unix socket is the way into the pool, so a folder another account
-made or can write is refused). The daemon keeps ``state.json`` there (what
+``$ALCHEMIST_POOL_DIR`` or ``pool/`` in the account's runtime folder
+(:func:`alchemist.job.config.runtime_dir`: a private folder of the temporary directory
+that no other account can make first). Its unix socket is the way into the pool, so a
+folder another account made or can write is refused. The daemon keeps ``state.json`` there (what
 :class:`PoolInfo` reads) and listens on ``pool.sock``.
 """
 
@@ -14,13 +15,13 @@ import json
 import os
 import stat
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from alchemist.errors import AlchemistError
+from alchemist.job.config import runtime_dir
 from alchemist.job.jobdir import make_private_dir
 
 #: Overrides the folder that holds the user's pools.
@@ -66,7 +67,7 @@ def _check_private(path: Path) -> Path:
 
 def base_dir() -> Path:
     raw = os.environ.get(POOL_DIR_VAR)
-    path = Path(raw) if raw else Path(tempfile.gettempdir()) / f"alchemist-pool-{os.getuid()}"
+    path = Path(raw) if raw else runtime_dir() / "pool"
     return _check_private(make_private_dir(path))
 
 

@@ -71,7 +71,14 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="PATH",
         help="also write the debug bundle (.tar.gz: the report, stacks, flight recorder,"
-        " log tails, spec) to PATH (a folder: alchemist-ID-debug.tar.gz in it)",
+        " log tails, spec) to PATH (a folder: alchemist-ID-debug.tar.gz in it); the"
+        " job's --env values are replaced by <redacted: env NAME>",
+    )
+    d.add_argument(
+        "--bundle-with-env",
+        action="store_true",
+        help="keep the job's --env values in the debug bundle (they are often keys:"
+        " share such a bundle with care)",
     )
 
     pl = sub.add_parser(
@@ -217,7 +224,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.bundle is not None:
             from alchemist.diagnosis.bundle import save_bundle
 
-            where = save_bundle(job.job_dir, report, args.bundle)
+            where = save_bundle(job.job_dir, report, args.bundle, with_env=args.bundle_with_env)
             print(f"debug bundle written to {where}", file=sys.stderr)
     elif args.command == "cancel":
         job.cancel()

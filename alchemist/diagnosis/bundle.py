@@ -3,8 +3,8 @@
 :func:`write_bundle` packs, under one folder ``alchemist-<id>-debug/``:
 
 - ``report.json``: the diagnosis report (:func:`alchemist.diagnosis.report.diagnose`);
-- ``spec.json`` and ``state.json``: the job as submitted (its ``--env`` values too: look
-  before you share) and as the launcher last saw it;
+- ``spec.json`` and ``state.json``: the job as submitted and as the launcher last saw
+  it;
 - ``source.py``: the cell or script the ranks ran (the report's line numbers are its);
 - ``stacks/rank-<r>.txt``: the stacks the report read of rank ``r`` (every thread when
   it answered on its socket or the request file; the main thread's from a signal; the
@@ -16,6 +16,13 @@
 - ``logs/``: the last :data:`LOG_TAIL_LINES` lines of each rank's log and of the
   launcher's;
 - ``contents.json``: what each member is, where it came from, and whether it was cut.
+
+A bundle is made to be shared, and a job's ``--env`` values are often keys (an API
+token, a password): unless asked (``with_env``; the CLI's ``--bundle-with-env``), each
+value is replaced by ``<redacted: env NAME>`` wherever it appears in any member (the
+spec, the logs, the stacks), and ``contents.json`` names the variables redacted. Values
+shorter than :data:`REDACT_MIN_CHARS` are left (they would match everywhere, and a
+secret is longer).
 
 Only what exists is packed: a job that never hung has no stacks. Every file is read
 once, up to a limit (:data:`FILE_MAX_BYTES`; the newest bytes are kept), so a bundle of a
@@ -38,6 +45,8 @@ from alchemist.job.jobdir import JobDir
 LOG_TAIL_LINES = 200
 #: Bytes read from the end of any one file, at most.
 FILE_MAX_BYTES = 1 << 20
+#: ``--env`` values shorter than this are not redacted (``1``, ``true``, ``en``).
+REDACT_MIN_CHARS = 4
 #: The bundle's media type (the REST route's ``Content-Type``).
 MEDIA_TYPE = "application/gzip"
 
@@ -128,6 +137,28 @@ def report_stacks(entry: dict[str, Any]) -> str | None:
     return "\n".join(lines) + "\n"
 
 
+def env_values(job_dir: JobDir) -> dict[str, str]:
+    """The job's ``--env`` values (from its ``spec.json``) long enough to redact."""
+    try:
+        env = json.loads(job_dir.spec.read_text()).get("env") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {
+        str(k): str(v) for k, v in env.items() if isinstance(v, str) and len(v) >= REDACT_MIN_CHARS
+    }
+
+
+def redact(data: bytes, secrets: dict[str, str]) -> bytes:
+    """``data`` with each value of ``secrets`` replaced by ``<redacted: env NAME>`` (the
+    longest first, so a value that contains another is replaced whole); the same in
+    its JSON-escaped form, as a value in a JSON member is written."""
+    for name, value in sorted(secrets.items(), key=lambda kv: -len(kv[1])):
+        mark = f"<redacted: env {name}>".encode()
+        for form in {value.encode(), json.dumps(value)[1:-1].encode()}:
+            data = data.replace(form, mark)
+    return data
+
+
 def _add(tar: tarfile.TarFile, name: str, data: bytes, when: float) -> None:
     info = tarfile.TarInfo(name)
     info.size = len(data)
@@ -142,6 +173,7 @@ def write_bundle(
     target: Path | IO[bytes],
     *,
     log_lines: int = LOG_TAIL_LINES,
+    with_env: bool = False,
 ) -> list[str]:
     """Write the debug bundle of the job in ``job_dir`` (see the module) to ``target``.
 
@@ -150,6 +182,7 @@ def write_bundle(
         report: the job's diagnosis report, packed as ``report.json``.
         target: a file path (written whole, replaced if it exists) or a binary stream.
         log_lines: lines kept from the end of each log.
+        with_env: keep the job's ``--env`` values (redacted by default).
 
     Returns:
         The names of the members, relative to the bundle's folder.
@@ -185,7 +218,15 @@ def write_bundle(
         if how == "tail":
             entry["last_lines"] = log_lines
         contents.append(entry)
-    listing = {"job_id": job_id, "created": now, "job_dir": str(job_dir.root), "files": contents}
+    secrets = {} if with_env else env_values(job_dir)
+    packed = [(name, redact(data, secrets), when) for name, data, when in packed]
+    listing = {
+        "job_id": job_id,
+        "created": now,
+        "job_dir": str(job_dir.root),
+        "files": contents,
+        "redacted_env": sorted(secrets),
+    }
     packed.append(("contents.json", json.dumps(listing, indent=2).encode(), now))
 
     def pack(stream: IO[bytes]) -> None:
@@ -204,13 +245,16 @@ def write_bundle(
 def bundle_bytes(
     job_dir: JobDir, report: dict[str, Any], *, log_lines: int = LOG_TAIL_LINES
 ) -> bytes:
-    """The debug bundle (:func:`write_bundle`) as bytes (what the REST route sends)."""
+    """The debug bundle (:func:`write_bundle`) as bytes (what the REST route sends: the
+    ``--env`` values redacted; their owner reads them in the job's spec)."""
     buffer = io.BytesIO()
     write_bundle(job_dir, report, buffer, log_lines=log_lines)
     return buffer.getvalue()
 
 
-def save_bundle(job_dir: JobDir, report: dict[str, Any], path: Path) -> Path:
+def save_bundle(
+    job_dir: JobDir, report: dict[str, Any], path: Path, *, with_env: bool = False
+) -> Path:
     """Write the bundle to ``path`` (inside it, named :func:`bundle_name`, when it is a
     folder) and return where it went; what the CLI's and the magic's ``--bundle`` do.
 
@@ -223,7 +267,7 @@ def save_bundle(job_dir: JobDir, report: dict[str, Any], path: Path) -> Path:
     if not path.parent.is_dir():
         raise AlchemistError(f"cannot write the debug bundle to {path}: {path.parent} is no folder")
     try:
-        write_bundle(job_dir, report, path)
+        write_bundle(job_dir, report, path, with_env=with_env)
     except OSError as e:
         raise AlchemistError(
             f"cannot write the debug bundle to {path}: {e.strerror or e}"

@@ -146,6 +146,47 @@ def test_the_bundle_of_a_stuck_job_holds_report_stacks_recorder_log_tails_and_sp
     )
 
 
+LEAKS = """
+import os
+token = os.environ["HF_TOKEN"]
+print(f"logging in with {token}", flush=True)
+raise RuntimeError(f"login refused for {token!r}")
+"""
+
+
+def test_a_bundle_leaves_out_the_jobs_env_values_unless_asked(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A bundle is made to be shared: a key passed with ``--env`` is in no member (the
+    spec, the logs, the report), wherever the job printed it; the owner who asks gets
+    it back."""
+    token = "hf_Qx7secretTOKENvalue42"
+    job = client.submit(LEAKS, workers=1, env={"HF_TOKEN": token, "SHORT": "on"})
+    assert job.wait(timeout=120).state == JobState.FAILED
+    assert token in job.job_dir.rank_log(0).read_text()  # the job did leak it
+    capsys.readouterr()
+
+    assert cli.main(["diagnose", job.id, "--bundle", str(tmp_path)]) == 0
+    files = members((tmp_path / bundle.bundle_name(job.id)).read_bytes())
+    leaked = [name for name, data in files.items() if token.encode() in data]
+    assert not leaked, leaked
+    assert b"login refused for '<redacted: env HF_TOKEN>'" in files["logs/rank-0.log"]
+    assert json.loads(files["spec.json"])["env"] == {
+        "HF_TOKEN": "<redacted: env HF_TOKEN>",
+        "SHORT": "on",
+    }
+    assert json.loads(files["contents.json"])["redacted_env"] == ["HF_TOKEN"]
+    # The REST route's bytes are redacted the same way.
+    rest = members(bundle.bundle_bytes(job.job_dir, job.diagnose()))
+    assert not [name for name, data in rest.items() if token.encode() in data]
+
+    kept = tmp_path / "with-env.tar.gz"
+    assert cli.main(["diagnose", job.id, "--bundle", str(kept), "--bundle-with-env"]) == 0
+    files = members(kept.read_bytes())
+    assert json.loads(files["spec.json"])["env"]["HF_TOKEN"] == token
+    assert json.loads(files["contents.json"])["redacted_env"] == []
+
+
 TIMEOUT = """
 import time, torch, torch.distributed as dist
 rank = dist.get_rank()

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import psutil
 
-from alchemist.backends.local.procs import job_processes, read_pid
+from alchemist.backends.local.procs import job_processes, live_pid, read_pid
 from alchemist.job import outcomes
 from alchemist.job.jobdir import JobDir, make_private_dir
 from alchemist.runtime import hooks
@@ -64,7 +64,7 @@ class Liveness:
 
 
 def _live_pids(job_dir: JobDir) -> dict[int, psutil.Process]:
-    roots = [p for p in (read_pid(job_dir.launcher_pid), read_pid(job_dir.torchrun_pid)) if p]
+    roots = [p for p in (live_pid(job_dir.launcher_pid), live_pid(job_dir.torchrun_pid)) if p]
     return {p.pid: p for p in job_processes(job_dir.root, roots)}
 
 

@@ -50,18 +50,18 @@ class LocalEngines:
         return self.job_dir.read_state() or {}
 
     def alive(self, ranks: list[int]) -> list[int]:
-        from alchemist.backends.local.procs import alive, read_pid
+        from alchemist.backends.local.procs import live_pid
 
-        return [r for r in ranks if alive(read_pid(self.job_dir.rank_pid(r)))]
+        return [r for r in ranks if live_pid(self.job_dir.rank_pid(r)) is not None]
 
     def interrupt(self, client: Any, ranks: list[int]) -> None:
         """SIGINT to each rank's process, at once."""
         import os
 
-        from alchemist.backends.local.procs import read_pid
+        from alchemist.backends.local.procs import live_pid
 
         for r in ranks:
-            pid = read_pid(self.job_dir.rank_pid(r))
+            pid = live_pid(self.job_dir.rank_pid(r))
             if pid:
                 try:
                     os.kill(pid, signal.SIGINT)
@@ -69,9 +69,9 @@ class LocalEngines:
                     pass
 
     def _wait_supervisor(self, seconds: float) -> None:
-        from alchemist.backends.local.procs import alive, read_pid
+        from alchemist.backends.local.procs import alive, live_pid
 
-        launcher = read_pid(self.job_dir.launcher_pid)
+        launcher = live_pid(self.job_dir.launcher_pid)
         deadline = time.monotonic() + seconds
         while alive(launcher) and time.monotonic() < deadline:  # a zombie counts as ended
             time.sleep(0.05)
@@ -86,12 +86,12 @@ class LocalEngines:
     def kill(self, reason: str, running: bool = False) -> None:
         """Stop whatever still runs; with ``running``, first ask the supervisor to end the
         session as failed with ``reason``."""
-        from alchemist.backends.local.procs import job_processes, read_pid, terminate
+        from alchemist.backends.local.procs import job_processes, live_pid, terminate
 
         if running:
             self.dirs.stop_marker.write_text(reason)
             self._wait_supervisor(10)
-        launcher = read_pid(self.job_dir.launcher_pid)
+        launcher = live_pid(self.job_dir.launcher_pid)
         left = job_processes(self.job_dir.root, [launcher] if launcher else [])
         if left:
             terminate(left, grace=2.0)

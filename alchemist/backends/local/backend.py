@@ -21,7 +21,7 @@ from alchemist.backends.local.admission import Capacity
 from alchemist.backends.local.procs import (
     alive,
     job_processes,
-    read_pid,
+    live_pid,
     start_supervisor,
     terminate,
 )
@@ -242,14 +242,13 @@ class LocalBackend(Backend):
         st = jd.read_state() or {}
         restarts = _read_int(jd.restarts)
         state = JobState(st["state"]) if "state" in st else JobState.PENDING
-        launcher = read_pid(jd.launcher_pid)
-        if not state.is_terminal and not alive(launcher):
+        if not state.is_terminal and live_pid(jd.launcher_pid) is None:
             # Re-read: the launcher may have finished between the two reads.
             st = jd.read_state() or {}
             state = JobState(st["state"]) if "state" in st else JobState.PENDING
             created = jd.spec.stat().st_mtime if jd.spec.exists() else time.time()
             if not state.is_terminal and (
-                launcher is not None or time.time() - created > _START_GRACE_S
+                jd.launcher_pid.exists() or time.time() - created > _START_GRACE_S
             ):
                 st, state = self._adopt(req, st, state)
         return JobStatus(
@@ -271,7 +270,7 @@ class LocalBackend(Backend):
         work that finished is a success, never "the launcher is gone".
         """
         jd = req.job_dir
-        torchrun = read_pid(jd.torchrun_pid)
+        torchrun = live_pid(jd.torchrun_pid)
         if state == JobState.RUNNING and job_processes(jd.root, [torchrun] if torchrun else []):
             return st, state
         world = req.spec.world_size
@@ -296,14 +295,14 @@ class LocalBackend(Backend):
         if self.status(req).state.is_terminal:
             return
         jd.cancel_marker.touch()
-        launcher = read_pid(jd.launcher_pid)
+        launcher = live_pid(jd.launcher_pid)
         deadline = time.time() + 15
         # The supervisor sees the marker within 0.2 s, stops the workers and records the
         # cancel; if it cannot (killed, hung), we stop everything ourselves.
         while time.time() < deadline and alive(launcher):
             self._reap()
             time.sleep(0.05)
-        roots = [p for p in (launcher, read_pid(jd.torchrun_pid)) if p]
+        roots = [p for p in (launcher, live_pid(jd.torchrun_pid)) if p]
         left = job_processes(jd.root, roots)
         if left:
             terminate(left, grace=2.0)

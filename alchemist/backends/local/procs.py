@@ -10,6 +10,8 @@ from pathlib import Path
 
 import psutil
 
+from alchemist.job.jobdir import JobDir
+
 #: Seconds a job's processes get to end on SIGTERM before they are killed (a cancel, a
 #: timeout, a failed attempt's other ranks, a session's stop).
 STOP_GRACE_S = 3.0
@@ -48,7 +50,7 @@ def start_supervisor(module: str, job_root: Path, launcher_log: Path) -> subproc
     session of its own, so that it outlives the kernel, the Jupyter server and the hub,
     with its output in the job's launcher log; its pid goes to ``pids/launcher.pid``."""
     proc = spawn_logged(["-m", module, str(job_root)], launcher_log, cwd=job_root, new_session=True)
-    (job_root / "pids" / "launcher.pid").write_text(str(proc.pid))
+    JobDir(job_root).launcher_pid.write_text(str(proc.pid))
     return proc
 
 
@@ -57,6 +59,35 @@ def read_pid(path: Path) -> int | None:
         return int(path.read_text().strip())
     except (FileNotFoundError, ValueError):
         return None
+
+
+#: Seconds a process may seem to have started after its pid file was written: a start
+#: time is read from ``/proc`` in clock ticks after the boot time, whole seconds.
+PID_CLOCK_SLACK_S = 1.0
+
+
+def live_pid(path: Path) -> int | None:
+    """The pid in the pid file ``path`` if that process runs now and is the one the file
+    was written for; else None (no file, ended, a zombie, or a pid reused since).
+
+    Every pid file is written after its process started (the launcher's and torchrun's
+    by the process that started them, a rank's by the rank), so a process that started
+    later is another one that got the pid after ours ended: after a restart of the
+    machine, or a long while. Trusting it would keep a job ``running`` for ever, and a
+    cancel would stop that process and its children.
+    """
+    pid = read_pid(path)
+    if pid is None:
+        return None
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        if proc.create_time() > path.stat().st_mtime + PID_CLOCK_SLACK_S:
+            return None
+    except (psutil.Error, OSError):
+        return None
+    return pid
 
 
 def alive(pid: int | None) -> bool:
@@ -106,15 +137,14 @@ def job_processes(job_root: Path, root_pids: list[int]) -> list[psutil.Process]:
     # Ranks forked from the warm pool carry the zygote's command line: their pid files
     # (written by each rank at start) find them; a pid reused since is not theirs.
     for pid_file in (job_root / "pids").glob("rank-*.pid"):
-        rank_pid = read_pid(pid_file)
-        with contextlib.suppress(psutil.Error, OSError):
+        rank_pid = live_pid(pid_file)
+        with contextlib.suppress(psutil.Error):
             if rank_pid is None or rank_pid in found:
                 continue
             proc = psutil.Process(rank_pid)
-            if proc.create_time() <= pid_file.stat().st_mtime + 1:
-                found[rank_pid] = proc
-                for child in _descendants(proc):
-                    found[child.pid] = child
+            found[rank_pid] = proc
+            for child in _descendants(proc):
+                found[child.pid] = child
     marker = str(job_root)
     for proc in psutil.process_iter(["cmdline"]):
         with contextlib.suppress(psutil.Error):

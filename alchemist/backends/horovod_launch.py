@@ -92,9 +92,15 @@ def horovodrun_args(
 
 
 def horovod_argv(spec: JobSpec, job_dir: JobDir) -> list[str]:
-    """The local backend's command for a Horovod job: all slots on ``localhost``.
+    """The local backend's command for a Horovod job: all slots on ``localhost``, run by
+    :mod:`alchemist.backends.horovod_loopback` (horovodrun with its rendezvous and the
+    ranks' interface on loopback).
 
     Raises:
         BackendError: Horovod is not installed (the message says how to install it).
     """
-    return horovodrun_args(spec, job_dir)
+    from alchemist.backends.horovod_loopback import LOOPBACK_ARGS
+
+    args = horovodrun_args(spec, job_dir)  # checks that horovodrun is installed
+    launcher = [sys.executable, "-m", "alchemist.backends.horovod_loopback"]
+    return [*launcher, *LOOPBACK_ARGS, *args[1:]]

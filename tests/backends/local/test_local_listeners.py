@@ -113,3 +113,50 @@ def test_a_local_job_listens_on_loopback_only(
     assert store.group(1) == "127.0.0.1"
     assert ("127.0.0.1", int(store.group(2))) in sockets[holder[0]][1]
     assert ("127.0.0.1", int(ps_port.group(1))) in [a for pid in ranks for a in sockets[pid][1]]
+
+
+HOROVOD_CELL = """
+import os, pathlib, time, torch, alchemist
+import horovod.torch as hvd
+hvd.init()
+print("size", hvd.size(), hvd.allreduce(torch.ones(1), op=hvd.Sum).item(), flush=True)
+release, deadline = pathlib.Path(os.environ["RELEASE"]), time.monotonic() + 120
+while not release.exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+"""
+
+
+def test_a_local_horovod_job_listens_on_loopback_only(alchemist_home: Path, tmp_path: Path) -> None:
+    """horovodrun binds its rendezvous (an HTTP key-value store the ranks meet at) to
+    every interface; the local backend's horovodrun keeps it, and the ranks' gloo
+    sockets, on loopback."""
+    pytest.importorskip("horovod.torch", reason="Horovod is not installed (50-horovod.sh)")
+    release = tmp_path / "release"
+    job = alchemist.submit(
+        HOROVOD_CELL,
+        workers=2,
+        algorithm="horovod",
+        env={"RELEASE": str(release)},
+        namespace={},
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while job.logs().count("size 2 2.0") < 2:
+            assert time.monotonic() < deadline, job.logs()
+            assert not job.status().state.is_terminal, (job.logs(), job.status())
+            time.sleep(0.1)
+        sockets = listening(processes_under(alchemist_home))
+    finally:
+        release.touch()
+    status = job.wait(timeout=120)
+    assert status.state == JobState.SUCCEEDED, (status, job.logs())
+    exposed = [
+        (cmd, addr)
+        for cmd, addrs in sockets.values()
+        for addr in addrs
+        if not ipaddress.ip_address(addr[0]).is_loopback
+    ]
+    assert exposed == [], f"listening beyond loopback: {exposed}"
+    # Not vacuous: the launcher's rendezvous was among what was inspected.
+    launchers = [pid for pid, (cmd, _) in sockets.items() if "horovod" in cmd and "-np" in cmd]
+    assert len(launchers) == 1 and sockets[launchers[0]][1], sockets

@@ -37,6 +37,10 @@ KUEUE_SCHEMAS = json.loads(
     (Path(__file__).resolve().parent / "kueue_v1beta1.schema.json").read_text()
 )["kinds"]
 
+#: What every case renders for isolation: the release namespace's NetworkPolicies (hub,
+#: proxy) and the admission policy of user Services (docs/kubernetes.md, Isolation).
+ISOLATION = {"NetworkPolicy", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+
 #: (values files) -> kinds that must be rendered.
 CASES = {
     # A namespace per user: the users' objects are the hub's to create (tenancy.py).
@@ -51,6 +55,7 @@ CASES = {
             "ServiceAccount",
             "ClusterRole",
             "ClusterRoleBinding",
+            *ISOLATION,
         },
     ),
     "all-on": (
@@ -66,6 +71,7 @@ CASES = {
             "Ingress",
             "ResourceFlavor",
             "ClusterQueue",
+            *ISOLATION,
         },
     ),
     # One trusted team in one namespace: the chart makes its accounts, rights and claim.
@@ -80,6 +86,7 @@ CASES = {
             "ServiceAccount",
             "Role",
             "RoleBinding",
+            *ISOLATION,
         },
     ),
 }

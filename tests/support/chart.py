@@ -86,3 +86,25 @@ def render_uncached(
 def find(docs: list[dict[str, Any]], kind: str, name_suffix: str = "") -> list[dict[str, Any]]:
     """The rendered objects of ``kind`` whose name ends with ``name_suffix``."""
     return [d for d in docs if d["kind"] == kind and d["metadata"]["name"].endswith(name_suffix)]
+
+
+def run_hub_config(docs: list[dict[str, Any]], directory: Path) -> dict[str, Any]:
+    """Run the chart's rendered ``jupyterhub_config.py`` as JupyterHub runs it: the hub
+    ConfigMap's files written to ``directory`` (the file pointed at its hub-config.yaml
+    there instead of the pod's mount), executed with a fresh traitlets ``c``.
+
+    Returns:
+        The file's globals: ``c``, ``hub_config`` and what the file defines.
+    """
+    from traitlets.config import Config
+
+    (cm,) = find(docs, "ConfigMap", "-hub-config")
+    for name, text in cm["data"].items():
+        if name != "jupyterhub_config.py":
+            (directory / name).write_text(text)
+    source = cm["data"]["jupyterhub_config.py"].replace(
+        "/usr/local/etc/alchemist/hub-config.yaml", str(directory / "hub-config.yaml")
+    )
+    scope: dict[str, Any] = {"c": Config(), "__name__": "jupyterhub_config"}
+    exec(compile(source, str(directory / "jupyterhub_config.py"), "exec"), scope)
+    return scope

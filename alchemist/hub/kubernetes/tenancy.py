@@ -21,7 +21,9 @@ notebook pod there, applies the objects :func:`user_objects` lists:
 - a **ResourceQuota** (``tenancy.quota``): what all of the user's pods may request;
 - **NetworkPolicy**: pods of the namespace accept connections only from the namespace
   itself (the user's notebook and job pods) and, for the notebook, from the hub and the
-  proxy; nobody else's pods reach them.
+  proxy; nobody else's pods reach them. A second one, ``alchemist-egress``, says where
+  they may connect: the namespace, DNS, the hub's API and every address but the cloud
+  metadata server (the chart's ``networkPolicy.egress``, rendered into the hub config).
 
 The hub's own Secret, service account and database live in the release namespace,
 where no user can create anything. Applying is a server-side apply per object
@@ -141,6 +143,12 @@ def user_cluster_role(values: Mapping[str, Any]) -> str:
 
 def dataset_claim(dataset: Mapping[str, Any]) -> str:
     return f"dataset-{dataset['name']}"
+
+
+#: The NetworkPolicy that keeps a user namespace's pods to what they need (the
+#: namespace, DNS, the hub's API, every address but the cloud metadata server): the
+#: rules the chart renders into the hub config's ``networkPolicy.userEgress``.
+USER_EGRESS_POLICY = "alchemist-egress"
 
 
 def user_objects(values: Mapping[str, Any], username: str, namespace: str) -> list[dict[str, Any]]:
@@ -286,6 +294,20 @@ def user_objects(values: Mapping[str, Any], username: str, namespace: str) -> li
             },
         }
     )
+    egress = (values.get("networkPolicy") or {}).get("userEgress")
+    if egress is not None:
+        objects.append(
+            {
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "NetworkPolicy",
+                "metadata": _meta(USER_EGRESS_POLICY, namespace, username),
+                "spec": {
+                    "podSelector": {},
+                    "policyTypes": ["Egress"],
+                    "egress": list(egress),
+                },
+            }
+        )
     return objects
 
 

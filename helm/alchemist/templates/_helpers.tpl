@@ -119,6 +119,51 @@ Helm resolves every name here; the Python side holds no naming rules.
   "workers" .Values.workers
   "tenancy" (merge (dict "userClusterRole" (printf "%s-user" (include "alchemist.hubName" .))) .Values.tenancy)
   "datasets" .Values.datasets
+  "networkPolicy" (dict "userEgress" (include "alchemist.userEgressRules" . | fromYamlArray))
 -}}
 {{- toYaml $doc -}}
+{{- end -}}
+
+{{/*
+Where the pods of a user namespace may connect (docs/kubernetes.md, Isolation): the
+namespace's own pods, DNS in kube-system, the hub's API, and (networkPolicy.egress.
+allowAddresses) every address but networkPolicy.egress.deniedCIDRs (the cloud metadata
+server), then networkPolicy.egress.extraRules. One list for both modes: the shared-mode
+NetworkPolicy of templates/network/ and, in namespaces mode, the hub config's
+networkPolicy.userEgress, which the pre-spawn hook (alchemist.hub.kubernetes.tenancy) applies in each user's
+namespace.
+*/}}
+{{- define "alchemist.userEgressRules" -}}
+{{- $egress := .Values.networkPolicy.egress -}}
+{{- $v4 := list -}}
+{{- $v6 := list -}}
+{{- range $egress.deniedCIDRs -}}
+{{- if contains ":" . -}}
+{{- $v6 = append $v6 . -}}
+{{- else -}}
+{{- $v4 = append $v4 . -}}
+{{- end -}}
+{{- end -}}
+{{- $rules := list
+  (dict "to" (list (dict "podSelector" dict)))
+  (dict
+    "to" (list (dict "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" "kube-system"))))
+    "ports" (list (dict "port" 53 "protocol" "UDP") (dict "port" 53 "protocol" "TCP")))
+  (dict
+    "to" (list (dict
+      "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" .Release.Namespace))
+      "podSelector" (dict "matchLabels" (merge (dict "app.kubernetes.io/component" "hub") (include "alchemist.selectorLabels" . | fromYaml)))))
+    "ports" (list (dict "port" 8081 "protocol" "TCP")))
+-}}
+{{- if $egress.allowAddresses -}}
+{{- $any4 := dict "cidr" "0.0.0.0/0" -}}
+{{- with $v4 }}{{ $_ := set $any4 "except" . }}{{ end -}}
+{{- $any6 := dict "cidr" "::/0" -}}
+{{- with $v6 }}{{ $_ := set $any6 "except" . }}{{ end -}}
+{{- $rules = append $rules (dict "to" (list (dict "ipBlock" $any4) (dict "ipBlock" $any6))) -}}
+{{- end -}}
+{{- range $egress.extraRules -}}
+{{- $rules = append $rules . -}}
+{{- end -}}
+{{- toYaml $rules -}}
 {{- end -}}

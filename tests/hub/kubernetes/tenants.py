@@ -1,8 +1,9 @@
 """Two users, alice and bob, as the chart's hub would set them up on a cluster.
 
-What is real: the chart rendered by Helm (its hub config, Roles, ClusterRoles), the
-hub's own code (``alchemist.hub.kubernetes``: ``configure_kubespawner`` and
-``tenancy.user_objects``, what the pre-spawn hook applies), and KubeSpawner's own
+What is real: the chart rendered by Helm (its hub config, Roles, ClusterRoles, network
+and admission policies), the hub's own code (``alchemist.hub.kubernetes``:
+``configure_kubespawner`` and ``tenancy.user_objects``, what the pre-spawn hook applies,
+the egress NetworkPolicy among them), and KubeSpawner's own
 ``get_pod_manifest()`` / ``get_pvc_manifest()`` for each user's notebook pod and home
 claim. What stands in: there is no API server, so nothing here is admitted or
 scheduled; KubeSpawner reads the hub's namespace from the hub pod's service-account
@@ -85,8 +86,8 @@ class Cluster:
         """Labels of each user namespace (the hub namespace has only its name label)."""
         out: dict[str, dict[str, str]] = {self.hub_namespace: {}}
         for t in self.users.values():
-            (ns,) = t.of_kind("Namespace")
-            out[t.namespace] = dict(ns["metadata"]["labels"])
+            for ns in t.of_kind("Namespace"):  # none in shared mode: the hub's namespace
+                out[t.namespace] = dict(ns["metadata"]["labels"])
         return out
 
 
@@ -177,9 +178,17 @@ def job_request(home: Path, owner: str, job_id: str) -> Any:
     return JobRequest(job_id, owner, JobSpec(name="t", workers=2, backend="kubernetes"), jd)
 
 
-def worker_job(tenant: Tenant, home: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """The Job the real backend would create for ``tenant`` (its dry run: no API call)."""
+def job_manifests(
+    tenant: Tenant, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> list[dict[str, Any]]:
+    """The Job and headless Service the real backend would create for ``tenant`` (its
+    dry run: no API call)."""
     backend = backend_as(tenant, home, monkeypatch, api_client=object())
     info = backend.dryrun(job_request(home, tenant.name, f"j{tenant.name}0001"))
-    job: dict[str, Any] = info.request["manifests"][0]
+    return list(info.request["manifests"])
+
+
+def worker_job(tenant: Tenant, home: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The Job the real backend would create for ``tenant`` (its dry run: no API call)."""
+    job, _service = job_manifests(tenant, home, monkeypatch)
     return job

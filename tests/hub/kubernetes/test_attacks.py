@@ -7,8 +7,12 @@ and the Kubernetes backend's own worker Job (its dry run, configured by alice's 
 environment). Stand-ins, as no cluster can run here: what the API server would
 authorize is answered by the RBAC evaluator (``rbac.py``), what Pod Security admission
 would refuse in a ``restricted`` namespace by ``pod_security.py``, what the network
-plugin would drop by ``netpol.py``; each evaluator is tested on its own. The same list
-runs against a real cluster in ``tests/k8s_real/test_k8s_attacks.py`` (skipped here).
+plugin would drop by ``netpol.py``, what the chart's ValidatingAdmissionPolicies would
+refuse by ``admission.py`` (their CEL expressions evaluated by the CEL subset of
+``cel.py``); each evaluator is tested on its own. Issue 12's list runs against a real
+cluster in ``tests/k8s_real/test_k8s_attacks.py`` (skipped here); issue 33's (Services,
+the metadata server, the release namespace, the hub's reach) are the tests below
+``test_hardened_pods_hold_in_shared_mode_too``.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from alchemist.hub.kubernetes import tenancy
-from tests.hub.kubernetes.netpol import Pod, ingress_allowed
+from tests.hub.kubernetes.admission import Request, admit, create
+from tests.hub.kubernetes.netpol import Pod, connection_allowed, egress_allowed, ingress_allowed
 from tests.hub.kubernetes.pod_security import restricted_violations
 from tests.hub.kubernetes.rbac import RBAC, Subject, service_account
 from tests.hub.kubernetes.spawning import HUB_NAMESPACE
@@ -28,6 +33,7 @@ from tests.hub.kubernetes.tenants import (
     Cluster,
     Tenant,
     cluster,
+    job_manifests,
     worker_job,
     writable_volumes,
 )
@@ -70,6 +76,11 @@ def namespaces_alice_can_run_pods_in(c: Cluster, rbac: RBAC) -> set[str]:
         for group, resource in WORKLOADS
         if rbac.can(who, "create", group, resource, ns)
     }
+
+
+def pod_of(t: Tenant) -> Pod:
+    """The user's notebook pod, for the network policy evaluator."""
+    return Pod(t.namespace, t.pod["metadata"]["labels"])
 
 
 def test_alice_cannot_read_bobs_hub_token_from_his_pod_spec(two: Cluster) -> None:
@@ -282,9 +293,12 @@ def test_shared_mode_protects_only_the_index(helm: str, kubeconfig: Path) -> Non
         assert not t.env["ALCHEMIST_DB_URL"].startswith(f"sqlite:///{t.env['ALCHEMIST_HOME']}/")
     assert alice.home_claim["metadata"]["name"] != bob.home_claim["metadata"]["name"]
     assert alice.home_claim["spec"]["accessModes"] == ["ReadWriteOnce"]
-    # And no NetworkPolicy, no per-user quota, no Pod Security labels.
-    assert not find(c.docs, "NetworkPolicy") and not find(c.docs, "ResourceQuota")
-    assert not find(c.docs, "Namespace")
+    # And no policy between users' pods, no per-user quota, no Pod Security labels.
+    labels = c.namespace_labels()
+    assert connection_allowed(
+        c.docs, labels, Pod(bob.namespace, bob.pod["metadata"]["labels"]), pod_of(alice), 8888
+    )
+    assert not find(c.docs, "ResourceQuota") and not find(c.docs, "Namespace")
 
 
 def test_hardened_pods_hold_in_shared_mode_too(helm: str, kubeconfig: Path) -> None:
@@ -292,3 +306,278 @@ def test_hardened_pods_hold_in_shared_mode_too(helm: str, kubeconfig: Path) -> N
     c = cluster(helm, "tenancy.mode=shared")
     for t in c.users.values():
         assert restricted_violations(t.pod) == []
+
+
+# Issue 33: Services, the cloud metadata server, the release namespace, the hub's reach.
+
+#: The cloud metadata server (instance credentials), IPv4 and AWS's IPv6 address.
+METADATA = ("169.254.169.254", "fd00:ec2::254")
+#: Addresses a notebook legitimately reaches: a package index on the internet (IPv4,
+#: IPv6) and the API server's endpoint (a node address).
+ELSEWHERE = ("203.0.113.7", "2001:db8::7", "10.0.0.1")
+MODES = {"namespaces": (), "shared": ("tenancy.mode=shared",)}
+
+
+def service(namespace: str, **spec: object) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "mine", "namespace": namespace},
+        "spec": {"ports": [{"port": 80}], **spec},
+    }
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_alice_cannot_publish_a_service_or_capture_traffic_with_external_ips(
+    helm: str, kubeconfig: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """Alice may create Services (each job's rendezvous is one), so the chart's
+    ValidatingAdmissionPolicy refuses, in her namespace, a Service with ``externalIPs``
+    (it would capture that address's traffic from every pod and node, CVE-2020-8554) and
+    any type but ClusterIP (a LoadBalancer or NodePort publishes her pods outside the
+    cluster; ExternalName aliases any host). No API server runs here: the rendered
+    policy's CEL expressions are evaluated by a stand-in (``admission.py``, ``cel.py``)."""
+    c = cluster(helm, *MODES[mode])
+    alice = c.users["alice"]
+    me, ns, labels = notebook_sa(alice), alice.namespace, c.namespace_labels()
+    rbac = RBAC(c.objects())
+    assert rbac.can(me, "create", "", "services", ns)  # she needs them: RBAC allows
+
+    def refused(svc: dict[str, object], op: str = "CREATE", old: object = None) -> list[str]:
+        req = create(svc, me, "services")
+        if op == "UPDATE":
+            req = Request("UPDATE", "", "services", ns, me, object=svc, old_object=old)
+        return admit(c.objects(), labels, req)
+
+    _job, rendezvous = job_manifests(alice, tmp_path / "alice", monkeypatch)
+    assert rendezvous["spec"]["clusterIP"] == "None"
+    assert refused(rendezvous) == []  # the backend's own headless Service
+    assert refused(service(ns, type="ClusterIP")) == []
+    assert refused(service(ns)) == []  # no type: the API server defaults ClusterIP
+    hijack = service(ns, type="ClusterIP", externalIPs=["10.0.0.1"])
+    assert any("externalIPs" in m for m in refused(hijack))
+    for kind in ("LoadBalancer", "NodePort", "ExternalName"):
+        assert any("must be ClusterIP" in m for m in refused(service(ns, type=kind))), kind
+    # Nor by changing a Service she already has.
+    assert any(
+        "externalIPs" in m for m in refused(hijack, op="UPDATE", old=service(ns, type="ClusterIP"))
+    )
+    # The chart's own public Service (proxy.service.type) is the admin's, not refused.
+    proxy = find(render_for(helm, mode, "proxy.service.type=LoadBalancer"), "Service", "-public")
+    admin = Subject("User", "cluster-admin")
+    assert admit(c.objects(), labels, create(proxy[0], admin, "services")) == []
+
+
+def render_for(helm: str, mode: str, *sets: str) -> list[dict[str, object]]:
+    from tests.support.chart import render
+
+    return render(helm, sets=(*MODES[mode], *sets))
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_alices_pods_cannot_reach_the_cloud_metadata_server(
+    helm: str, kubeconfig: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """169.254.169.254 (and fd00:ec2::254) hands out the node's cloud credentials to
+    whoever asks. The egress policy of her namespace (applied by the chart's pre-spawn
+    hook; in shared mode the chart's own) drops her notebook's and workers' connections
+    to it, while they still reach each other, DNS, the hub's API, the API server and the
+    internet. What a network plugin would drop is answered by ``netpol.py``."""
+    c = cluster(helm, *MODES[mode])
+    alice, bob = c.users["alice"], c.users["bob"]
+    policies, labels = c.objects(), c.namespace_labels()
+    job = worker_job(alice, tmp_path / "alice", monkeypatch)
+    worker = Pod(alice.namespace, job["spec"]["template"]["metadata"]["labels"])
+    hub = Pod(HUB_NAMESPACE, hub_pod_labels(c))
+    dns = Pod("kube-system", {"k8s-app": "kube-dns"})
+    for src in (pod_of(alice), worker):
+        for address in METADATA:
+            for port in (80, 443, 53):
+                assert not egress_allowed(policies, labels, src, address, port), (address, port)
+        for address in ELSEWHERE:
+            assert egress_allowed(policies, labels, src, address, 443), address
+        assert egress_allowed(policies, labels, src, dns, 53, "UDP")
+        assert egress_allowed(policies, labels, src, dns, 53, "TCP")
+    assert connection_allowed(policies, labels, pod_of(alice), worker, 29500)
+    assert connection_allowed(policies, labels, worker, worker, 29500)
+    assert connection_allowed(policies, labels, pod_of(alice), hub, 8081)
+    if mode == "namespaces":  # bob's own ingress policy still drops her
+        assert not connection_allowed(policies, labels, pod_of(alice), pod_of(bob), 8888)
+
+    # networkPolicy.egress.allowAddresses=false: the namespace, DNS and the hub only.
+    closed = cluster(helm, *MODES[mode], "networkPolicy.egress.allowAddresses=false")
+    policies = closed.objects()
+    alice = closed.users["alice"]
+    for address in (*METADATA, *ELSEWHERE):
+        assert not egress_allowed(policies, labels, pod_of(alice), address, 443)
+    assert egress_allowed(policies, labels, pod_of(alice), dns, 53, "UDP")
+    assert connection_allowed(policies, labels, pod_of(alice), hub, 8081)
+
+
+def hub_pod_labels(c: Cluster) -> dict[str, str]:
+    (deploy,) = find(c.docs, "Deployment", "-hub")
+    return dict(deploy["spec"]["template"]["metadata"]["labels"])
+
+
+def proxy_pod_labels(c: Cluster) -> dict[str, str]:
+    (deploy,) = find(c.docs, "Deployment", "-proxy")
+    return dict(deploy["spec"]["template"]["metadata"]["labels"])
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_hub_and_proxy_accept_only_their_clients(
+    helm: str, kubeconfig: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """The release namespace holds the hub (its API and database) and the proxy (its
+    routing table API). The hub accepts the proxy and the users' notebook servers (their
+    API calls); the proxy's public port accepts anyone, its API (8001: whoever holds it
+    reroutes every user) the hub only."""
+    c = cluster(helm, *MODES[mode])
+    alice = c.users["alice"]
+    policies, labels = c.objects(), c.namespace_labels()
+    hub = Pod(HUB_NAMESPACE, hub_pod_labels(c))
+    proxy = Pod(HUB_NAMESPACE, proxy_pod_labels(c))
+    job = worker_job(alice, tmp_path / "alice", monkeypatch)
+    worker = Pod(alice.namespace, job["spec"]["template"]["metadata"]["labels"])
+    strangers: list[Pod | str] = [
+        "203.0.113.7",
+        Pod("default", {}),
+        Pod("kube-system", {}),
+        Pod(HUB_NAMESPACE, {"app": "something-else"}),
+    ]
+    # The hub: from the proxy and notebooks, on its port only.
+    assert ingress_allowed(policies, labels, proxy, hub, 8081)
+    assert connection_allowed(policies, labels, pod_of(alice), hub, 8081)
+    assert not ingress_allowed(policies, labels, proxy, hub, 5432)
+    for src in [*strangers, worker]:
+        assert not ingress_allowed(policies, labels, src, hub, 8081), src
+    # The proxy: its public port from anywhere, its API from the hub only.
+    for src in [*strangers, pod_of(alice), worker, hub]:
+        assert ingress_allowed(policies, labels, src, proxy, 8000), src
+    assert connection_allowed(policies, labels, hub, proxy, 8001)
+    for src in [*strangers, pod_of(alice), worker]:
+        assert not ingress_allowed(policies, labels, src, proxy, 8001), src
+
+
+def namespace_object(name: str, labels: dict[str, str]) -> dict[str, object]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
+def test_a_compromised_hub_cannot_run_pods_or_bind_roles_outside_user_namespaces(
+    two: Cluster,
+) -> None:
+    """The hub's ClusterRole must be cluster-wide (RBAC cannot name "the namespaces I
+    made", and a new namespace has no RoleBinding yet), so the chart's admission policy
+    confines its writes: whoever takes the hub over cannot create a pod, a claim or a
+    RoleBinding in kube-system, default or its own namespace, adopt or relabel a
+    namespace it did not make, make one without the ``restricted`` standard, or make a
+    host-path volume; in the users' namespaces it still does all of its job. What the API
+    server would authorize is answered by ``rbac.py``, what its admission would refuse by
+    ``admission.py``/``cel.py``."""
+    rbac = RBAC(two.objects())
+    (hub_deploy,) = find(two.docs, "Deployment", "-hub")
+    hub = service_account(
+        HUB_NAMESPACE, hub_deploy["spec"]["template"]["spec"]["serviceAccountName"]
+    )
+    labels = {**two.namespace_labels(), "kube-system": {}, "default": {}}
+    verbs = {"CREATE": "create", "UPDATE": "patch", "DELETE": "delete"}
+
+    def succeeds(req: Request) -> bool:
+        verb = verbs[req.operation]
+        namespace = req.namespace if req.namespaced and req.resource != "namespaces" else None
+        return rbac.can(hub, verb, req.group, req.resource, namespace, req.name or None) and not (
+            admit(two.objects(), labels, req)
+        )
+
+    def in_ns(obj: dict[str, object], ns: str) -> dict[str, object]:
+        out = copy.deepcopy(obj)
+        out["metadata"]["namespace"] = ns
+        return out
+
+    alice = two.users["alice"]
+    pod = in_ns(alice.pod, "kube-system")
+    binding = next(iter(alice.of_kind("RoleBinding")))
+    to_itself = in_ns(binding, "kube-system")
+    to_itself["subjects"] = [
+        {"kind": "ServiceAccount", "name": hub.name, "namespace": HUB_NAMESPACE}
+    ]
+    for ns in ("kube-system", "default", HUB_NAMESPACE):
+        # RBAC alone would let it (the hole of issue 33); admission refuses.
+        assert rbac.can(hub, "create", "", "pods", ns)
+        assert rbac.can(hub, "create", "rbac.authorization.k8s.io", "rolebindings", ns)
+        assert not succeeds(create(in_ns(alice.pod, ns), hub, "pods"))
+        assert not succeeds(create(in_ns(to_itself, ns), hub, "rolebindings"))
+        assert not succeeds(create(in_ns(alice.home_claim, ns), hub, "persistentvolumeclaims"))
+        assert not succeeds(
+            Request("DELETE", "", "pods", ns, hub, old_object=in_ns(pod, ns), name="p")
+        )
+        # Nor adopt the namespace by labelling it as one of its users'.
+        (alice_ns,) = alice.of_kind("Namespace")
+        adopted = namespace_object(ns, dict(alice_ns["metadata"]["labels"]))
+        req = Request(
+            "UPDATE",
+            "",
+            "namespaces",
+            ns,
+            hub,
+            object=adopted,
+            old_object=namespace_object(ns, {}),
+            name=ns,
+            namespaced=False,
+        )
+        assert not succeeds(req)
+    # No namespace of its own without the restricted standard or its label.
+    (alice_ns,) = alice.of_kind("Namespace")
+    for drop in ("pod-security.kubernetes.io/enforce", tenancy.LABEL_HUB):
+        ns_labels = {k: v for k, v in alice_ns["metadata"]["labels"].items() if k != drop}
+        assert not succeeds(
+            create(
+                namespace_object("alchemist-eve", ns_labels), hub, "namespaces", namespaced=False
+            )
+        )
+    # No host-path volume to hand a user's claim.
+    host = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": "host-root"},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "hostPath": {"path": "/"},
+        },
+    }
+    assert not succeeds(create(host, hub, "persistentvolumes", namespaced=False))
+    # Nor any other cluster-scoped write, nor binding another role.
+    assert not rbac.can(hub, "create", "rbac.authorization.k8s.io", "clusterrolebindings", None)
+    for role in ("cluster-admin", "admin", "edit"):
+        assert not rbac.can(hub, "bind", "rbac.authorization.k8s.io", "clusterroles", None, role)
+
+    # Its job, in each user's namespace: every object of the pre-spawn hook (created, then
+    # re-applied), the notebook pod and its home claim, deleting them at stop.
+    for t in two.users.values():
+        for obj in t.objects:
+            namespaced = obj["kind"] not in ("Namespace", "PersistentVolume")
+            plural = tenancy._PATHS[obj["kind"]][1]
+            first = create(obj, hub, plural, namespaced=namespaced)
+            assert succeeds(first), (obj["kind"], admit(two.objects(), labels, first))
+            again = Request(
+                "UPDATE",
+                first.group,
+                plural,
+                first.namespace,
+                hub,
+                object=obj,
+                old_object=obj,
+                version=first.version,
+                name=first.name,
+                namespaced=namespaced,
+            )
+            assert succeeds(again), obj["kind"]
+        # (KubeSpawner's manifests carry no namespace: it posts them to the user's.)
+        assert succeeds(create(in_ns(t.pod, t.namespace), hub, "pods"))
+        assert succeeds(create(in_ns(t.home_claim, t.namespace), hub, "persistentvolumeclaims"))
+        for resource, obj in (("pods", t.pod), ("persistentvolumeclaims", t.home_claim)):
+            name = obj["metadata"]["name"]
+            assert succeeds(
+                Request("DELETE", "", resource, t.namespace, hub, old_object=obj, name=name)
+            )

@@ -366,6 +366,49 @@ def test_pre_spawn_hook_applies_the_objects_and_a_second_spawn_converges(
     asyncio.run(scenario())
 
 
+def test_charts_pre_spawn_hook_also_applies_the_egress_policy(
+    helm: str, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """The chart's jupyterhub_config.py, run as JupyterHub runs it: a spawn applies the
+    user's objects, the NetworkPolicy ``alchemist-egress`` among them (the rules Helm
+    rendered: no cloud metadata server), before the notebook pod exists. Against the
+    stand-in API server."""
+    from tests.support.chart import render, run_hub_config
+
+    scope = run_hub_config(render(helm), tmp_path)
+    hook = scope["c"].KubeSpawner.pre_spawn_hook
+    values = scope["hub_config"]
+
+    async def scenario() -> None:
+        async with api_server() as (api, url):
+            spawner = make_spawner(values, user="alice", k8s_api_host=url, pre_spawn_hook=hook)
+            await spawner.run_pre_spawn_hook()
+            ns = spawner.namespace
+            for obj in tenancy.user_objects(values, "alice", ns):
+                kind = tenancy._PATHS[obj["kind"]][1]
+                assert api.stored(kind, obj["metadata"].get("namespace"), obj["metadata"]["name"])
+            egress = api.stored("networkpolicies", ns, "alchemist-egress")
+            assert egress is not None
+            wanted = [
+                o
+                for o in tenancy.user_objects(values, "alice", ns)
+                if o["metadata"]["name"] == tenancy.USER_EGRESS_POLICY
+            ]
+            assert [stripped(egress)] == wanted
+            assert egress["spec"]["policyTypes"] == ["Egress"]
+            assert egress["spec"]["podSelector"] == {}
+            blocks = [
+                peer["ipBlock"]
+                for rule in egress["spec"]["egress"]
+                for peer in rule.get("to", [])
+                if "ipBlock" in peer
+            ]
+            assert {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]} in blocks
+            assert {"cidr": "::/0", "except": ["fd00:ec2::254/128"]} in blocks
+
+    asyncio.run(scenario())
+
+
 def test_pre_spawn_hook_refuses_a_namespace_that_is_not_the_users(
     helm: str, kubeconfig: Path
 ) -> None:

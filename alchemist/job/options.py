@@ -28,7 +28,7 @@ from typing import Any
 from alchemist.errors import SpecError
 from alchemist.job.algorithms import ALGORITHMS
 from alchemist.job.algorithms import flag_help as algorithm_option_help
-from alchemist.job.spec import JobSpec, Resources
+from alchemist.job.spec import NUMBER_LIMITS, JobSpec, Resources, number_problem
 
 #: The entry points an option can be offered by. ``rest`` covers the panel too: the
 #: panel's form is built from what the REST API lists.
@@ -81,7 +81,9 @@ class JobOption:
         resource: the :class:`~alchemist.job.spec.Resources` field it fills, if any.
         entry_points: where it is offered (a subset of :data:`ENTRY_POINTS`).
         label: the panel's label for the field.
-        minimum: the smallest valid number (the spec checks again), for the panel's input.
+        minimum: the smallest valid number, for the panel's input and the REST schema
+            (the spec checks it: :data:`~alchemist.job.spec.NUMBER_LIMITS`).
+        maximum: the largest valid number, likewise.
         choices: the valid values, where the list is fixed (shown in help and the panel).
     """
 
@@ -94,6 +96,7 @@ class JobOption:
     resource: str | None = None
     entry_points: frozenset[str] = _EVERYWHERE
     minimum: float | None = None
+    maximum: float | None = None
     choices: tuple[str, ...] = ()
 
     @property
@@ -118,7 +121,8 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
         help="number of workers",
         flags=("-n", "--workers"),
         label="Workers",
-        minimum=1,
+        minimum=NUMBER_LIMITS["workers"][0],
+        maximum=NUMBER_LIMITS["workers"][1],
     ),
     JobOption(
         name="gpus_per_worker",
@@ -128,7 +132,8 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
         flags=("--gpus-per-worker",),
         label="GPUs / worker",
         resource="gpus",
-        minimum=0,
+        minimum=NUMBER_LIMITS["gpus_per_worker"][0],
+        maximum=NUMBER_LIMITS["gpus_per_worker"][1],
     ),
     JobOption(
         name="algorithm",
@@ -170,7 +175,8 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
         help="restarts of the worker group after a failure",
         flags=("--max-restarts",),
         label="Max restarts",
-        minimum=0,
+        minimum=NUMBER_LIMITS["max_restarts"][0],
+        maximum=NUMBER_LIMITS["max_restarts"][1],
     ),
     JobOption(
         name="timeout",
@@ -179,7 +185,8 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
         help="stop the job after this many seconds (default: no limit)",
         flags=("--timeout",),
         label="Timeout (s)",
-        minimum=0,
+        minimum=NUMBER_LIMITS["timeout"][0],
+        maximum=NUMBER_LIMITS["timeout"][1],
     ),
     JobOption(
         name="global_batch",
@@ -188,7 +195,8 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
         help="global batch over all ranks (a multiple of the world size)",
         flags=("--global-batch",),
         label="Global batch",
-        minimum=1,
+        minimum=NUMBER_LIMITS["global_batch"][0],
+        maximum=NUMBER_LIMITS["global_batch"][1],
     ),
     JobOption(
         name="env",
@@ -446,14 +454,16 @@ def spec_from_options(
 
 
 def check_body_types(data: Mapping[str, Any]) -> tuple[str, str] | None:
-    """Check the JSON types of a REST submit body's job options.
+    """Check the JSON types of a REST submit body's job options, and the range of the
+    numeric ones (:func:`~alchemist.job.spec.number_problem`, the spec's own check, so
+    the reply can name the field: JSON's ``1e400`` reads as infinity).
 
     ``null`` stands for "not given" where the default is None. Keys that are not REST
     options are left to the caller (it knows its own, such as ``path``).
 
     Returns:
-        None when every value has its option's type, else ``(option name, one line)``
-        for the first that has not.
+        None when every value has its option's type (and range), else ``(option name,
+        one line)`` for the first that has not.
     """
     for opt in options_for("rest"):
         if opt.name not in data:
@@ -471,6 +481,10 @@ def check_body_types(data: Mapping[str, Any]) -> tuple[str, str] | None:
             return opt.name, f"{opt.name} must be {want}, got {json.dumps(value)}"
         if isinstance(value, list) and not all(isinstance(item, str) for item in value):
             return opt.name, f"{opt.name} must be a list of strings, got {json.dumps(value)}"
+        if opt.name in NUMBER_LIMITS:
+            problem = number_problem(opt.name, value)
+            if problem is not None:
+                return opt.name, problem
         if opt.type == "kv" and isinstance(value, dict):
             for key, item in value.items():
                 if not isinstance(item, str):
@@ -492,6 +506,7 @@ def describe_options(entry_point: str = "rest") -> list[dict[str, Any]]:
             "flags": list(opt.flags),
             "resource": opt.resource,
             "minimum": opt.minimum,
+            "maximum": opt.maximum,
             # a switch is offered as a choice of two (the panel has no other bool field)
             "choices": list(_BOOL_TEXT) if opt.type == "bool" else list(opt.choices),
         }

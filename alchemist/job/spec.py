@@ -12,6 +12,7 @@ import dataclasses
 import enum
 import functools
 import keyword
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,15 @@ from alchemist.errors import SpecError
 from alchemist.job.algorithms import ALGORITHMS
 from alchemist.job.patterns import compile_patterns
 
-__all__ = ["ALGORITHMS", "JobSpec", "JobState", "JobStatus", "Resources"]
+__all__ = [
+    "ALGORITHMS",
+    "NUMBER_LIMITS",
+    "JobSpec",
+    "JobState",
+    "JobStatus",
+    "Resources",
+    "number_problem",
+]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -48,6 +57,50 @@ RUNTIME_ENV = frozenset(
 )
 #: Prefixes of variables the runtime and its launchers own.
 RUNTIME_ENV_PREFIXES = ("ALCHEMIST_", "TORCHELASTIC_", "HOROVOD_")
+
+#: The valid range (inclusive) of each numeric job option, by option name: a value
+#: outside it, or not a finite number (JSON's ``1e400`` reads as infinity), is refused
+#: at submit by :meth:`JobSpec.validate`, whichever entry point it came from. The table
+#: of :mod:`alchemist.job.options` shows these bounds (``--help``, the panel's form, the
+#: REST schema). The highs are far beyond any real job; they stop a typo (``-n 100000``
+#: pods) and numbers the backends cannot hold (a Kubernetes deadline is an int64).
+NUMBER_LIMITS: dict[str, tuple[int, int]] = {
+    "workers": (1, 10_000),
+    "gpus_per_worker": (0, 64),
+    "max_restarts": (0, 10_000),
+    "timeout": (1, 366 * 24 * 3600),  # one second to a year
+    "global_batch": (1, 1_000_000_000),
+}
+#: The options of :data:`NUMBER_LIMITS` that are whole numbers (the others: seconds).
+_INTEGER_OPTIONS = frozenset({"workers", "gpus_per_worker", "max_restarts", "global_batch"})
+
+
+def number_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` is not a valid value of the numeric job option ``name`` (one line
+    naming the option and its range), or None when it is valid.
+
+    A whole-number option takes an ``int`` (not a bool); ``timeout`` an int or a float.
+    NaN, infinity and numbers outside :data:`NUMBER_LIMITS` are refused.
+    """
+    low, high = NUMBER_LIMITS[name]
+    integer = name in _INTEGER_OPTIONS
+    # repr refuses an int of over 4300 digits: a huge one is shown by its size
+    huge = isinstance(value, int) and value.bit_length() > 64
+    shown = f"an integer of {value.bit_length()} bits" if huge else repr(value)
+    unit = "" if integer else " s"
+    kind = "an integer" if integer else "a number of seconds"
+    number = isinstance(value, int) or (not integer and isinstance(value, float))
+    if isinstance(value, bool) or not number:
+        return f"{name} must be {kind} from {low} to {high}, got {shown}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{name} must be a finite number of seconds from {low} to {high}, got {shown}"
+    if value < low:
+        if name == "workers":
+            return f"workers must be a positive integer, got {shown}"
+        return f"{name} must be at least {low}{unit}, got {shown}"
+    if value > high:
+        return f"{name} must be at most {high}{unit}, got {shown}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -184,12 +237,18 @@ class JobSpec:
                 f"name {self.name!r} is not valid: use 1-63 letters, digits, '.', '-' or '_',"
                 " starting with a letter or digit"
             )
-        if not isinstance(self.workers, int) or self.workers < 1:
-            raise SpecError(f"workers must be a positive integer, got {self.workers!r}")
-        if not isinstance(self.resources.gpus, int) or self.resources.gpus < 0:
-            raise SpecError(
-                f"gpus_per_worker must be 0 or a positive integer, got {self.resources.gpus!r}"
-            )
+        for option, value in (
+            ("workers", self.workers),
+            ("gpus_per_worker", self.resources.gpus),
+            ("max_restarts", self.max_restarts),
+            ("timeout", self.timeout),
+            ("global_batch", self.global_batch),
+        ):
+            if value is None and option in ("timeout", "global_batch"):
+                continue  # not set: no limit, no global batch
+            problem = number_problem(option, value)
+            if problem is not None:
+                raise SpecError(problem)
         if not isinstance(self.algorithm_options, dict):
             raise SpecError(
                 f"algorithm_options must be a mapping of names to values,"
@@ -199,10 +258,6 @@ class JobSpec:
 
         # An unknown algorithm or option; the ranks apply the same check.
         check(self.algorithm, self.algorithm_options)
-        if not isinstance(self.max_restarts, int) or self.max_restarts < 0:
-            raise SpecError(f"max_restarts must be 0 or more, got {self.max_restarts!r}")
-        if self.timeout is not None and not self.timeout > 0:
-            raise SpecError(f"timeout must be a positive number of seconds, got {self.timeout!r}")
         for key in self.env:
             if not _ENV_KEY_RE.match(key):
                 raise SpecError(f"environment variable name {key!r} is not valid")

@@ -22,8 +22,10 @@ the cursor of versions that wrote one shared ``metrics.jsonl``, is an offset int
 file, so a cursor kept from then continues exactly on a job written then.)
 
 Per file: a line the writer has only half written is left for the next read. Lines that
-are not a JSON object with the event keys (a stray edit, a torn write) are skipped and
-counted in :attr:`MetricsReader.skipped`. Within a rank, events come in file order; a
+are not a well-formed event (not JSON, a torn write, a stray edit, a JSON object whose
+keys have the wrong types: see :func:`parse_event`) are skipped and counted in
+:attr:`MetricsReader.skipped` (and in an overview's ``skipped``), never an error. A
+cursor offset past the end of a file reads nothing there (and stays). Within a rank, events come in file order; a
 read returns the ranks one after the other (the old shared file first, then rank 0, 1,
 ...), not interleaved by time.
 
@@ -38,6 +40,8 @@ the overview did not cover).
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -60,6 +64,8 @@ SHARED_KEY = "shared"
 
 _OFFSET = re.compile(r"[0-9]+")
 _PART = re.compile(rf"([0-9]+|{SHARED_KEY}):([0-9]+)")
+#: The largest offset in a cursor (a file offset is a signed 64-bit number).
+MAX_OFFSET = (1 << 63) - 1
 
 #: What callers pass as ``since``: a cursor a read returned, or None/0/"" for the start.
 Cursor = str | int | None
@@ -75,8 +81,12 @@ def parse_cursor(cursor: Cursor) -> dict[str, int]:
         return {}
     if isinstance(cursor, bool) or not isinstance(cursor, (int, str)):
         raise CursorError(f"a metrics cursor is a string, got {type(cursor).__name__}")
+    if isinstance(cursor, str) and len(cursor) > 20 and _OFFSET.fullmatch(cursor):
+        _too_large(cursor)  # int() refuses over 4300 digits
     if isinstance(cursor, int) or _OFFSET.fullmatch(cursor):
         offset = int(cursor)  # the byte offset of the shared file (earlier versions)
+        if offset > MAX_OFFSET:
+            _too_large(str(offset) if offset.bit_length() < 1000 else "a huge number")
         if offset < 0:
             raise CursorError(f"a metrics cursor is never negative, got {cursor}")
         return {SHARED_KEY: offset} if offset else {}
@@ -88,9 +98,24 @@ def parse_cursor(cursor: Cursor) -> dict[str, int]:
                 f"{cursor!r} is not a metrics cursor: pass back the cursor a read returned"
                 ' (like "0:1834,1:1790"), or nothing to read from the start'
             )
+        if len(match.group(2)) > 20 or int(match.group(2)) > MAX_OFFSET:
+            _too_large(match.group(2))
+        if len(match.group(1)) > 20:
+            raise CursorError(f"{_clip(cursor)} is not a metrics cursor: no rank is that large")
         key, value = match.group(1), int(match.group(2))
         offsets[key if key == SHARED_KEY else str(int(key))] = value
     return offsets
+
+
+def _clip(text: str, limit: int = 40) -> str:
+    return repr(text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)")
+
+
+def _too_large(offset: str) -> None:
+    raise CursorError(
+        f"a metrics cursor holds file offsets up to {MAX_OFFSET}, got {_clip(offset)}:"
+        " pass back the cursor a read returned"
+    )
 
 
 def format_cursor(offsets: Mapping[str, int]) -> str:
@@ -99,17 +124,40 @@ def format_cursor(offsets: Mapping[str, int]) -> str:
     return ",".join(f"{k}:{offsets[k]}" for k in keys if offsets[k])
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def parse_event(line: str) -> dict[str, Any] | None:
-    """Parse one line into an event, or None when it is not a well-formed event."""
+    """Parse one line into an event, or None when it is not a well-formed event.
+
+    Well-formed (what :mod:`alchemist.metrics.reporter` writes): a JSON object with
+    ``rank`` (an integer from 0), ``step`` (a finite number, or null in a system
+    metric), ``values`` (an object of numbers: NaN and ±Infinity are values too, as the
+    reporter writes them) and, if present, ``time`` (a number or null) and ``attempt``
+    (an integer or null). Anything else (a torn or truncated line, text, a ``"step":
+    "one"``) is not an event: the readers and views skip it rather than fail on it.
+    """
     if not line or line[0] != "{":
         return None
     try:
         event = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: absurdly nested JSON
         return None
     if not isinstance(event, dict) or not all(k in event for k in REQUIRED_KEYS):
         return None
-    if not isinstance(event["values"], dict):
+    rank, step, values = event["rank"], event["step"], event["values"]
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+        return None
+    if step is not None and not (_is_number(step) and math.isfinite(step)):
+        return None
+    if not isinstance(values, dict) or not all(_is_number(v) for v in values.values()):
+        return None
+    when = event.get("time")
+    if when is not None and not _is_number(when):
+        return None
+    attempt = event.get("attempt")
+    if attempt is not None and (not isinstance(attempt, int) or isinstance(attempt, bool)):
         return None
     return event
 
@@ -151,6 +199,8 @@ class MetricsOverview(NamedTuple):
     cursor: str
     #: False when ``max_bytes`` stopped the pass before the end (call again to go on)
     complete: bool
+    #: lines of the history covered that were not well-formed events (skipped)
+    skipped: int = 0
 
 
 class MetricsReader:
@@ -258,6 +308,12 @@ class MetricsReader:
         events: list[dict[str, Any]] = []
         cursor = since
         left = budget
+        try:
+            past_end = since > os.stat(path).st_size
+        except OSError:
+            past_end = False  # missing: read_lines reads it as empty
+        if past_end:  # a file system may refuse to seek that far: nothing to read there
+            return events, since, False, 0
         limit = CHUNK_BYTES if left is None else max(1, min(CHUNK_BYTES, left))
         while True:
             lines, new_cursor, more = read_lines(path, cursor, limit)
@@ -332,6 +388,7 @@ class MetricsReader:
         order: list[str] = []
         progress: dict[int, dict[str, Any]] = {}
         attempts: dict[int, int] = {}
+        skipped = 0
         for key, path in files:
             summary = (summaries.load(path) if cache else None) or summaries.FileSummary()
             start = summary.offset
@@ -340,6 +397,7 @@ class MetricsReader:
             if cache and summary.offset != start:
                 summaries.save(path, summary)
             offsets[key] = summary.offset
+            skipped += summary.skipped
             for (name, rank), s in summary.series.items():
                 xs, ys = s.points()
                 old = merged.get((name, rank))
@@ -355,7 +413,9 @@ class MetricsReader:
         for series_key, (xs, ys, count) in merged.items():
             x, y = minmax_downsample(np.asarray(xs, float), np.asarray(ys, float), max_points)
             series[series_key] = SeriesOverview(x.tolist(), y.tolist(), count)
-        return MetricsOverview(series, order, progress, attempts, format_cursor(offsets), complete)
+        return MetricsOverview(
+            series, order, progress, attempts, format_cursor(offsets), complete, skipped
+        )
 
     def read_all(self) -> list[dict[str, Any]]:
         """Every complete event of every rank."""

@@ -33,24 +33,32 @@ Contract:
 - Every verb needs an authenticated user (``@web.authenticated``) and passes the
   server's authorizer on the ``kernels`` resource (reads for GET, writes otherwise):
   submitting a job runs code, like a kernel does.
-- Bodies and replies are JSON. An error is ``{"message": "<one line>"}`` (plus
-  ``"field"`` when one input is at fault) with status 400 (bad input: bad JSON, an
-  unknown or invalid field), 403 (another user's job), 404 (no such job), 501 (a
-  feature not installed) or 500.
+- Bodies and replies are strict JSON (RFC 8259): a body holding ``NaN`` or
+  ``Infinity`` is bad JSON, and a number in a reply that is not finite (a NaN loss, a
+  job stored by an earlier version with an infinite timeout) is written as ``null``
+  (:func:`strict_json`). An error is ``{"message": "<one line>"}`` (plus ``"field"``
+  when one input is at fault) with status 400 (bad input: bad JSON, an unknown or
+  invalid field, a number out of range or not finite, a cursor no read returned), 403
+  (another user's job), 404 (no such job), 501 (a feature not installed) or 500.
 - The handlers call the client API (:mod:`alchemist.client`): submitting here and
   from the magic is one code path. Every call that may block (the job store, the
   backend, the file system) runs in a worker thread, off the event loop.
 - Logs and metrics are read from a cursor and bounded per request; the reply's
   ``cursor`` is where the next request starts. A log cursor is a byte offset (an
-  integer); a metrics cursor is an opaque string (the offset reached in each rank's
-  file, see :mod:`alchemist.metrics.reader`), passed back as it came.
+  integer, at most :data:`MAX_LOG_CURSOR`; one past the end of the log reads nothing
+  and stays); a metrics cursor is an opaque string (the offset reached in each rank's
+  file, see :mod:`alchemist.metrics.reader`), passed back as it came. Metric lines
+  that are not well-formed events are skipped, and counted in the reply's
+  ``skipped``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
+import re
 import threading
 from collections.abc import Callable
 from http.client import responses
@@ -86,6 +94,9 @@ DEFAULT_LOG_BYTES = 256 * 1024
 MAX_LOG_BYTES = 1024 * 1024
 #: The most lines ``?tail=N`` returns (within ``limit_bytes``).
 MAX_LOG_TAIL_LINES = 100_000
+#: The largest log cursor (``since``): the largest integer a JSON reader (the panel's
+#: JavaScript) holds exactly; a larger one is a 400, not a cursor any read returned.
+MAX_LOG_CURSOR = (1 << 53) - 1
 #: Default and largest bytes of metrics read per request.
 DEFAULT_METRICS_BYTES = 1024 * 1024
 MAX_METRICS_BYTES = 4 * 1024 * 1024
@@ -109,6 +120,54 @@ T = TypeVar("T")
 def _shown(text: str) -> str:
     """A user's text in a one-line message: as is when printable, else quoted."""
     return text if text.isprintable() else repr(text)
+
+
+def _clipped(text: str, limit: int = 40) -> str:
+    """A user's value quoted in a message, cut to about ``limit`` characters."""
+    return repr(text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)")
+
+
+#: An integer in a query argument: int() refuses one of over 4300 digits (too large).
+_INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every float that is not finite (NaN, ±inf) replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def strict_json(data: Any) -> str:
+    """``data`` as strict JSON (RFC 8259), which every JSON parser reads.
+
+    Python's ``json`` writes a float that is not finite as the bare word ``NaN`` or
+    ``Infinity``, which no JSON parser reads (``JSON.parse`` in the panel fails on the
+    whole reply): such a number is written as ``null`` instead. A NaN loss is a real
+    metric value, and a job an earlier version stored with an infinite timeout must
+    still list.
+
+    Raises:
+        RouteError: 500, when ``data`` still cannot be written as strict JSON.
+    """
+    try:
+        return json.dumps(data, allow_nan=False)
+    except ValueError:
+        pass
+    try:
+        return json.dumps(_finite(data), allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise RouteError(
+            500, f"internal error: the reply cannot be written as strict JSON ({e})"
+        ) from None
+
+
+def _no_constant(word: str) -> Any:
+    raise ValueError(f"{word} is not a JSON number (write a finite number, or null)")
 
 
 def _one_line(message: str) -> str:
@@ -181,7 +240,7 @@ class AlchemistHandler(APIHandler):
         # One line, whatever the user's input that a message quotes holds.
         reply["message"] = _one_line(str(reply["message"]))
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps(reply))
+        self.finish(json.dumps(reply))  # strings only: strict JSON
 
     def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
         # A user's mistake (4xx) is no server fault: log one line, not a traceback.
@@ -200,7 +259,10 @@ class AlchemistHandler(APIHandler):
             raise _translate(e) from e
 
     def query(
-        self, allowed: dict[str, tuple[int, int, int]], text: tuple[str, ...] = ()
+        self,
+        allowed: dict[str, tuple[int, int, int]],
+        text: tuple[str, ...] = (),
+        exact: tuple[str, ...] = (),
     ) -> dict[str, int]:
         """Parse integer query arguments; reject unknown ones.
 
@@ -208,9 +270,12 @@ class AlchemistHandler(APIHandler):
             allowed: per name, ``(default, minimum, maximum)``; a value above the
                 maximum is clamped to it (a bounded read), one below is an error.
             text: names of further (text) arguments the route reads itself.
+            exact: names of ``allowed`` whose value above the maximum is an error too
+                (a cursor: clamping would make one no read returned).
 
         Raises:
-            RouteError: 400 for an unknown argument or one that is not an integer.
+            RouteError: 400 for an unknown argument, one that is not an integer, or one
+                out of range.
         """
         known = set(allowed) | set(text)
         # JupyterLab's ServerConnection adds a bare ``?<timestamp>`` to GETs to defeat
@@ -233,9 +298,23 @@ class AlchemistHandler(APIHandler):
             try:
                 value = int(raw)
             except ValueError:
-                raise RouteError(400, f"{name} must be an integer, got {raw!r}", name)
+                if not _INTEGER.fullmatch(raw):
+                    raise RouteError(
+                        400, f"{name} must be an integer, got {_clipped(raw)}", name
+                    ) from None
+                # too many digits for int(): beyond either bound
+                value = low - 1 if raw.strip().startswith("-") else high + 1
             if value < low:
-                raise RouteError(400, f"{name} must be at least {low}, got {value}", name)
+                raise RouteError(
+                    400, f"{name} must be at least {low}, got {_clipped(raw.strip())}", name
+                )
+            if value > high and name in exact:
+                raise RouteError(
+                    400,
+                    f"{name} must be at most {high}, got {_clipped(raw.strip())}: pass back"
+                    " the cursor a read returned",
+                    name,
+                )
             out[name] = min(value, high)
         return out
 
@@ -244,19 +323,22 @@ class AlchemistHandler(APIHandler):
         return Path(self.settings.get("server_root_dir") or os.getcwd())
 
     def reply(self, data: Any, status: int = 200) -> None:
+        """Write ``data`` as the reply: strict JSON, always (:func:`strict_json`)."""
+        text = strict_json(data)
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps(data))
+        self.finish(text)
 
     def json_body(self) -> dict[str, Any]:
         """The request body as a JSON object.
 
         Raises:
-            RouteError: 400 when the body is not JSON or not an object.
+            RouteError: 400 when the body is not strict JSON (``NaN``, ``Infinity``) or
+                not an object.
         """
         raw = self.request.body or b"{}"
         try:
-            data = json.loads(raw)
+            data = json.loads(raw, parse_constant=_no_constant)
         except ValueError as e:
             raise RouteError(400, f"the request body is not valid JSON: {e}")
         if not isinstance(data, dict):
@@ -356,8 +438,15 @@ def _metrics(job_id: str, since: str, max_bytes: int) -> dict[str, Any]:
     from alchemist.metrics.reader import MetricsReader
 
     job = _job(job_id)
-    chunk = MetricsReader(job.job_dir).read_chunk(since, max_bytes=max_bytes)
-    return {"events": chunk.events, "cursor": chunk.cursor, "more": chunk.more}
+    reader = MetricsReader(job.job_dir)
+    chunk = reader.read_chunk(since, max_bytes=max_bytes)
+    # skipped: the lines of this read that were not well-formed events
+    return {
+        "events": chunk.events,
+        "cursor": chunk.cursor,
+        "more": chunk.more,
+        "skipped": reader.skipped,
+    }
 
 
 def _metrics_summary(job_id: str, max_points: int) -> dict[str, Any]:
@@ -394,14 +483,20 @@ def _metrics_summary(job_id: str, max_points: int) -> dict[str, Any]:
         "progress": {str(r): p for r, p in ov.progress.items()},
         "cursor": ov.cursor,
         "complete": ov.complete,
+        "skipped": ov.skipped,
     }
 
 
 def _logs(
     job_id: str, rank: int, since: int, limit_bytes: int, tail: int | None = None
 ) -> dict[str, Any]:
+    from alchemist.backends.api import LogChunk
+
     job = _job(job_id)
-    if tail is None:
+    if tail is None and since > _size(job.job_dir.rank_log(rank)):
+        # a cursor past the end reads nothing (a file system may refuse to seek there)
+        chunk = LogChunk(rank=rank, lines=[], cursor=since, truncated=False)
+    elif tail is None:
         chunk = job.log_chunk(rank, since, limit_bytes)
     else:  # the last lines, read from the end (constant time); follow from its cursor
         chunk = job.log_tail(rank, tail, limit_bytes)
@@ -412,6 +507,14 @@ def _logs(
         "truncated": chunk.truncated,
         "ranks": job.ranks(),
     }
+
+
+def _size(path: Path) -> int:
+    """The size of ``path`` in bytes (0 when it does not exist yet)."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _submit(path: Path, options: dict[str, Any], dry_run: bool) -> dict[str, Any]:
@@ -666,10 +769,11 @@ class LogsHandler(AlchemistHandler):
         args = self.query(
             {
                 "rank": (0, 0, 1 << 20),
-                "since": (0, 0, 1 << 62),
+                "since": (0, 0, MAX_LOG_CURSOR),
                 "limit_bytes": (DEFAULT_LOG_BYTES, 1, MAX_LOG_BYTES),
                 "tail": (0, 0, MAX_LOG_TAIL_LINES),
-            }
+            },
+            exact=("since",),
         )
         tail: int | None = None
         if self.get_query_argument("tail", ""):

@@ -42,6 +42,10 @@ def _submit_body() -> dict[str, Any]:
             schema["nullable"] = True
         if opt.choices:
             schema["enum"] = list(opt.choices)
+        if opt.minimum is not None:
+            schema["minimum"] = opt.minimum
+        if opt.maximum is not None:
+            schema["maximum"] = opt.maximum
         props[opt.name] = schema
     return {
         "type": "object",
@@ -51,13 +55,16 @@ def _submit_body() -> dict[str, Any]:
     }
 
 
-def _int(name: str, description: str, minimum: int) -> dict[str, Any]:
+def _int(name: str, description: str, minimum: int, maximum: int | None = None) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "integer", "minimum": minimum}
+    if maximum is not None:
+        schema["maximum"] = maximum
     return {
         "name": name,
         "in": "query",
         "required": False,
         "description": description,
-        "schema": {"type": "integer", "minimum": minimum},
+        "schema": schema,
     }
 
 
@@ -134,6 +141,7 @@ def _error_response(text: str) -> dict[str, Any]:
 def document(base_url: str = "/") -> dict[str, Any]:
     """The OpenAPI 3.0 document of the API under ``base_url``."""
     from alchemist import __version__
+    from alchemist.server.handlers import MAX_LOG_CURSOR
 
     job = [{"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}}]
     root = base_url.rstrip("/") + "/alchemist/api/v1"
@@ -176,7 +184,7 @@ def document(base_url: str = "/") -> dict[str, Any]:
                 params=[
                     *job,
                     _int("rank", "the rank", 0),
-                    _int("since", "byte offset to read from", 0),
+                    _int("since", "byte offset to read from", 0, MAX_LOG_CURSOR),
                     _int("limit_bytes", "read this much at most", 1),
                     _int("tail", "the last N lines instead, read from the end", 0),
                 ],

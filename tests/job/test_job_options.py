@@ -211,3 +211,23 @@ def test_the_table_imports_no_torch_or_ipython() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_numeric_bounds_are_the_specs_and_reach_the_panel_and_the_schema() -> None:
+    """One range per numeric option: the spec checks it, the panel's form and the REST
+    schema show it (so a form refuses what the spec would)."""
+    from alchemist.job.spec import NUMBER_LIMITS
+    from alchemist.server.openapi import document
+
+    numeric = {opt.name: opt for opt in JOB_OPTIONS if opt.type in ("int", "float")}
+    assert set(numeric) == set(NUMBER_LIMITS)
+    rest = {o["name"]: o for o in options.describe_options("rest")}
+    submit = document("/")["components"]["schemas"]["Submit"]["properties"]
+    for name, (low, high) in NUMBER_LIMITS.items():
+        assert (numeric[name].minimum, numeric[name].maximum) == (low, high), name
+        assert (rest[name]["minimum"], rest[name]["maximum"]) == (low, high), name
+        assert (submit[name]["minimum"], submit[name]["maximum"]) == (low, high), name
+        one_rank = {"workers": 1} if name == "global_batch" else {}
+        assert make_spec(**{**one_rank, name: low}) and make_spec(**{**one_rank, name: high})
+        with pytest.raises(SpecError, match=f"{name} must be at most {high}"):
+            make_spec(**{**one_rank, name: high + 1})

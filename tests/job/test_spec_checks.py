@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from alchemist import client
+from alchemist import cli, client
 from alchemist.errors import SpecError
 
 
@@ -40,3 +44,59 @@ def test_the_local_backend_says_which_options_it_ignores(
     ]
     assert job.wait(timeout=120).state.value == "succeeded"
     assert client.submit("x = 1", namespace={}, dry_run=True).info.warnings == []
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "words"),
+    [
+        ("timeout", math.inf, "timeout must be a finite number of seconds"),  # JSON's 1e400
+        ("timeout", -math.inf, "timeout must be a finite number of seconds"),
+        ("timeout", math.nan, "timeout must be a finite number of seconds"),
+        ("timeout", 1e-320, "timeout must be at least 1 s"),
+        ("timeout", 0, "timeout must be at least 1 s"),
+        ("timeout", 1e300, "timeout must be at most 31622400 s"),
+        ("timeout", "60", "timeout must be a number of seconds"),
+        ("workers", 10**30, "workers must be at most 10000"),
+        pytest.param(
+            "workers",
+            10**5000,
+            "workers must be at most 10000, got an integer of 16610 bits",
+            id="workers-5000-digits",
+        ),
+        ("workers", True, "workers must be an integer"),
+        ("gpus_per_worker", 4096, "gpus_per_worker must be at most 64"),
+        ("gpus_per_worker", -1, "gpus_per_worker must be at least 0"),
+        ("max_restarts", 10**9, "max_restarts must be at most 10000"),
+        ("global_batch", 10**12, "global_batch must be at most 1000000000"),
+        ("global_batch", 8.0, "global_batch must be an integer"),
+    ],
+)
+def test_numbers_that_are_not_finite_or_absurd_are_refused_in_one_line(
+    option: str, value: Any, words: str
+) -> None:
+    """The spec's check: the Python API, the magics, the CLI and the REST API share it."""
+    with pytest.raises(SpecError) as info:
+        client.submit("pass", namespace={}, dry_run=True, **{option: value})
+    assert str(info.value).startswith(words) and len(str(info.value).splitlines()) == 1
+    assert client.jobs() == []
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "1e400", "1e-320", "-5"])
+def test_the_cli_refuses_a_timeout_that_is_not_finite_or_absurd_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    assert cli.main(["submit", str(script), "--dry-run", f"--timeout={value}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("alchemist: error: timeout must be ") and err.count("\n") == 1
+    assert client.jobs() == []
+
+
+def test_numbers_at_their_limits_pass() -> None:
+    dry = client.submit(
+        "pass", namespace={}, dry_run=True, timeout=1, workers=1, max_restarts=10_000
+    )
+    assert (dry.spec.timeout, dry.spec.workers, dry.spec.max_restarts) == (1, 1, 10_000)
+    dry = client.submit("pass", namespace={}, dry_run=True, timeout=366 * 24 * 3600.0)
+    assert dry.spec.timeout == 31622400.0

@@ -528,3 +528,65 @@ def test_system_metrics_go_to_the_ranks_own_file(tmp_path: Path) -> None:
     assert all("kind" not in e for e in MetricsReader(jd).read_all())
     assert sorted(jd.metrics_by_rank()) == [0, 2]
     assert sorted(jd.metrics_by_rank(system=True)) == [2]
+
+
+def test_lines_with_the_wrong_types_are_skipped_and_counted_by_every_view(
+    tmp_path: Path,
+) -> None:
+    """A stray edit or a torn write that still parses as JSON is not an event: the
+    reader, the summary (the panel's first view) and the latest-event lookup skip it."""
+    from alchemist.metrics.reader import parse_event
+
+    jd = make_job(tmp_path)
+    good = [_event_line(0, s) for s in range(3)]
+    bad = [
+        '{"rank": "0", "step": 1, "values": {"x": 1.0}}\n',
+        '{"rank": 0, "step": "1", "values": {"x": 1.0}}\n',
+        '{"rank": 0, "step": 1e400, "values": {"x": 1.0}}\n',
+        '{"rank": 0, "step": 1, "values": {"x": "1.0"}}\n',
+        '{"rank": 0, "step": 1, "values": {"x": null}}\n',
+        '{"rank": 0, "step": 1, "time": [1], "values": {"x": 1.0}}\n',
+        '{"rank": 0, "step": 1, "values": {"total_steps": {}}}\n',
+        '{"rank": 0, "step": 1, "values": {"x": 1.0\n',  # truncated
+    ]
+    jd.rank_metrics(0).write_text(good[0] + "".join(bad) + good[1] + good[2])
+    for line in bad:
+        assert parse_event(line.strip()) is None, line
+    # a NaN or infinite value is a value (the reporter writes them), and null steps are
+    # system metrics'
+    assert parse_event('{"rank": 0, "step": 1, "values": {"x": NaN, "y": -Infinity}}')
+    assert parse_event('{"rank": 0, "step": null, "time": 1.0, "values": {"cpu": 5}}')
+
+    reader = MetricsReader(jd)
+    events, _ = reader.read(None)
+    assert [e["step"] for e in events] == [0, 1, 2] and reader.skipped == len(bad)
+    overview = MetricsReader(jd).overview(100)
+    assert overview.series[("x", 0)].steps == [0, 1, 2] and overview.skipped == len(bad)
+    # a second view folds from the cached summary: the count stays the history's
+    assert MetricsReader(jd).overview(100).skipped == len(bad)
+
+
+def test_a_cursor_too_large_for_a_file_offset_is_a_cursor_error(tmp_path: Path) -> None:
+    for bad in (
+        "99999999999999999999999",
+        str(10**400),
+        "9" * 5000,
+        "0:9223372036854775808",
+        f"0:{'9' * 5000}",
+        f"{'9' * 5000}:1",
+        10**30,
+    ):
+        with pytest.raises(CursorError, match="cursor"):
+            parse_cursor(bad)
+    assert parse_cursor("0:9223372036854775807") == {"0": 9223372036854775807}
+
+
+def test_a_cursor_past_the_end_of_a_file_reads_nothing_there(tmp_path: Path) -> None:
+    """ext4 refuses to seek past 16 TiB (EINVAL): such a cursor reads as the end."""
+    jd = make_job(tmp_path)
+    jd.rank_metrics(0).write_text(_event_line(0, 0))
+    jd.rank_metrics(1).write_text(_event_line(1, 0))
+    far = (1 << 63) - 1
+    events, cursor = MetricsReader(jd).read(f"0:{far}")
+    assert [e["rank"] for e in events] == [1]
+    assert parse_cursor(cursor)["0"] == far

@@ -33,9 +33,20 @@ def hub_user(monkeypatch: pytest.MonkeyPatch) -> str:
     return USER
 
 
+def _not_json(word: str) -> Any:
+    raise AssertionError(f"the reply holds {word}, which is not JSON (no JSON parser reads it)")
+
+
+def strict_json(text: str) -> Any:
+    """``text`` parsed as JSON parsers other than Python's read it (the panel's
+    ``JSON.parse``): the bare words ``NaN`` and ``Infinity`` fail the test."""
+    return json.loads(text, parse_constant=_not_json)
+
+
 @pytest.fixture
 def api(jp_fetch: Any) -> Api:
-    """``await api("GET", "jobs", params=..., body=...)`` → ``(status, json)``."""
+    """``await api("GET", "jobs", params=..., body=...)`` → ``(status, json)``; every
+    reply must be strict JSON."""
 
     async def call(
         method: str,
@@ -59,7 +70,7 @@ def api(jp_fetch: Any) -> Api:
         response = await jp_fetch("alchemist", "api", "v1", *parts, **kwargs)
         text = response.body.decode() if response.body else ""
         assert response.headers.get("Content-Type", "").startswith("application/json"), text
-        return response.code, json.loads(text) if text else None
+        return response.code, strict_json(text) if text else None
 
     return call
 

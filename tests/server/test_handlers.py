@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -288,6 +289,146 @@ async def test_metrics_reject_a_bad_cursor(api: Api) -> None:
     assert (code, body["field"]) == (400, "since")
 
 
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        "99999999999999999999999",  # past a signed 64-bit offset
+        str(10**400),
+        "9" * 5000,  # more digits than int() reads
+        "0:99999999999999999999999",
+        f"0:12,1:{10**400}",
+        f"{'9' * 5000}:5",  # a rank too large to read
+    ],
+)
+async def test_a_huge_metrics_cursor_is_a_400_naming_since(api: Api, cursor: str) -> None:
+    record, job_dir = make_record()
+    write_events(job_dir, [{"rank": 0, "step": 1, "values": {"loss": 1.0}}])
+    code, body = await api("GET", "jobs", record.id, "metrics", params={"since": cursor})
+    assert (code, body["field"]) == (400, "since"), body
+    assert "cursor" in body["message"] and len(body["message"]) < 300
+
+
+async def test_a_metrics_cursor_past_the_end_of_a_file_reads_nothing_there(api: Api) -> None:
+    """An offset beyond what ext4 can seek to (16 TiB) once gave a 500."""
+    record, job_dir = make_record()
+    write_events(job_dir, [{"rank": r, "step": 1, "values": {"loss": 1.0}} for r in (0, 1)])
+    far = 1 << 62
+    code, body = await api("GET", "jobs", record.id, "metrics", params={"since": f"0:{far}"})
+    assert code == 200, body
+    # rank 0 has nothing after the cursor; rank 1's file is read from its start
+    assert [e["rank"] for e in body["events"]] == [1]
+    assert body["cursor"].startswith(f"0:{far},1:")
+
+
+@pytest.mark.parametrize(
+    ("since", "words"),
+    [
+        ("99999999999999999999999", "must be at most 9007199254740991"),
+        (str(10**400), "must be at most"),
+        ("9" * 5000, "must be at most"),
+        ("-" + "9" * 5000, "must be at least 0"),
+        ("1e400", "must be an integer"),
+    ],
+)
+async def test_a_huge_log_cursor_is_a_400_naming_since(api: Api, since: str, words: str) -> None:
+    record, job_dir = make_record()
+    job_dir.rank_log(0).write_text("one\ntwo\n")
+    code, body = await api("GET", "jobs", record.id, "logs", params={"since": since})
+    assert (code, body["field"]) == (400, "since"), body
+    assert words in body["message"] and len(body["message"]) < 300, body
+
+
+async def test_a_log_cursor_past_the_end_reads_nothing_and_stays(api: Api) -> None:
+    """A cursor beyond what ext4 can seek to (16 TiB) once gave a 500."""
+    record, job_dir = make_record()
+    job_dir.rank_log(0).write_text("one\ntwo\n")
+    for since in (100, 1 << 50, (1 << 53) - 1):
+        code, body = await api("GET", "jobs", record.id, "logs", params={"since": since})
+        assert code == 200, body
+        assert (body["lines"], body["cursor"], body["truncated"]) == ([], since, False)
+    code, body = await api("GET", "jobs", record.id, "logs", params={"since": 4})
+    assert (body["lines"], body["cursor"]) == (["two"], 8)
+
+
+#: Lines of a metrics file that are not events: each must be skipped, never a 500.
+MALFORMED_LINES = [
+    '{"rank": 0, "step": 3, "time": 3.0, "values": {"loss"',  # truncated, then a newline
+    "not json at all",
+    "[1, 2, 3]",
+    '{"rank": "zero", "step": 4, "values": {"loss": 1.0}}',
+    '{"rank": -1, "step": 4, "values": {"loss": 1.0}}',
+    '{"rank": true, "step": 4, "values": {"loss": 1.0}}',
+    '{"rank": 0, "step": "four", "values": {"loss": 1.0}}',
+    '{"rank": 0, "step": 1e400, "values": {"loss": 1.0}}',
+    '{"rank": 0, "step": 4, "values": {"loss": "high"}}',
+    '{"rank": 0, "step": 4, "values": {"loss": null}}',
+    '{"rank": 0, "step": 4, "values": {"loss": [1]}}',
+    '{"rank": 0, "step": 4, "values": [1.0]}',
+    '{"rank": 0, "step": 4, "time": "noon", "values": {"loss": 1.0}}',
+    '{"rank": 0, "step": 4, "attempt": "second", "values": {"loss": 1.0}}',
+    '{"rank": 0, "step": 4, "values": {"total_steps": "many"}}',
+    "{" + '"a":[' * 100_000 + "]" * 100_000 + "}",  # nested past the parser's recursion
+]
+
+
+async def test_malformed_metrics_lines_are_skipped_and_counted(api: Api) -> None:
+    """The panel's first view of a job (view=summary), its paging (view=events) and
+    the list's latest metric read past every line that is not an event."""
+    record, job_dir = make_record()
+    good = [
+        json.dumps({"rank": 0, "step": s, "time": float(s), "values": {"loss": 1.0 / (s + 1)}})
+        for s in range(3)
+    ]
+    lines = [good[0], *MALFORMED_LINES[:8], good[1], *MALFORMED_LINES[8:], good[2]]
+    job_dir.metrics_dir.mkdir(parents=True, exist_ok=True)
+    job_dir.rank_metrics(0).write_text("\n".join(lines) + "\n")
+    (job_dir.metrics_dir / "rank-1.jsonl").write_text(MALFORMED_LINES[6] + "\n")
+
+    code, body = await api("GET", "jobs", record.id, "metrics", params={"view": "summary"})
+    assert code == 200, body
+    assert body["metrics"] == ["loss"] and body["complete"] is True
+    (series,) = body["series"]
+    assert (series["rank"], series["steps"], series["count"]) == (0, [0, 1, 2], 3)
+    assert body["skipped"] == len(MALFORMED_LINES) + 1
+    # the cursor after the summary goes on from the end: nothing is read twice
+    code, after = await api("GET", "jobs", record.id, "metrics", params={"since": body["cursor"]})
+    assert (code, after["events"], after["skipped"]) == (200, [], 0)
+
+    code, body = await api("GET", "jobs", record.id, "metrics")
+    assert code == 200, body
+    assert [e["step"] for e in body["events"]] == [0, 1, 2]
+    assert body["skipped"] == len(MALFORMED_LINES) + 1
+
+    with open(job_dir.rank_metrics(0), "a") as f:
+        f.write(MALFORMED_LINES[9] + "\n")  # the newest line of rank 0 is not an event
+    code, job = await api("GET", "jobs", record.id)
+    assert code == 200 and job["latest"]["step"] == 2
+    code, listing = await api("GET", "jobs")
+    assert code == 200 and [j["latest"]["step"] for j in listing["jobs"]] == [2]
+
+
+async def test_replies_are_strict_json_when_a_metric_is_nan_or_infinite(api: Api) -> None:
+    """A NaN loss is a real value (the reporter writes it as NaN); replies hold null,
+    which the panel's JSON.parse reads, where they held a bare NaN, which it does not."""
+    record, job_dir = make_record()
+    job_dir.metrics_dir.mkdir(parents=True, exist_ok=True)
+    job_dir.rank_metrics(0).write_text(
+        '{"rank": 0, "step": 0, "time": 1.0, "values": {"loss": 1.5}}\n'
+        '{"rank": 0, "step": 1, "time": 2.0, "values": {"loss": NaN, "gnorm": Infinity}}\n'
+    )
+    # the api fixture fails on any NaN or Infinity in a reply
+    code, job = await api("GET", "jobs", record.id)
+    assert code == 200 and job["latest"]["values"] == {"loss": None, "gnorm": None}
+    code, listing = await api("GET", "jobs")
+    assert code == 200 and listing["jobs"][0]["latest"]["values"]["loss"] is None
+    code, body = await api("GET", "jobs", record.id, "metrics")
+    assert code == 200 and body["events"][1]["values"] == {"loss": None, "gnorm": None}
+    code, body = await api("GET", "jobs", record.id, "metrics", params={"view": "summary"})
+    assert code == 200, body
+    loss = next(s for s in body["series"] if s["metric"] == "loss")
+    assert loss["values"] == [1.5, None]
+
+
 async def test_very_long_logs_are_paged_and_bounded(api: Api) -> None:
     record, job_dir = make_record()
     line = "x" * 99  # 100 bytes a line with its newline
@@ -389,6 +530,63 @@ async def test_submit_names_the_bad_field(
         assert words in reply["message"], reply
     code, listing = await api("GET", "jobs")
     assert listing["jobs"] == []
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "words"),
+    [
+        ('"timeout": 1e400', "timeout", "finite number"),  # JSON reads 1e400 as inf
+        ('"timeout": -1e400', "timeout", "finite number"),
+        ('"timeout": 1e-320', "timeout", "at least 1 s"),
+        ('"timeout": 1e300', "timeout", "at most 31622400 s"),
+        ('"timeout": 0', "timeout", "at least 1 s"),
+        ('"workers": 100000000000000000000000000000', "workers", "at most 10000"),
+        ('"workers": 1e400', "workers", "must be an integer"),
+        ('"gpus_per_worker": 4096', "gpus_per_worker", "at most 64"),
+        ('"max_restarts": 123456789', "max_restarts", "at most 10000"),
+        ('"global_batch": 10000000000000', "global_batch", "at most 1000000000"),
+    ],
+)
+async def test_submit_refuses_numbers_that_are_not_finite_or_absurd(
+    api: Api, root: Path, raw: str, field: str, words: str
+) -> None:
+    (root / "train.py").write_text("print('hi')\n")
+    for route in (("jobs",), ("jobs", "dryrun")):
+        code, reply = await api("POST", *route, raw_body=f'{{"path": "train.py", {raw}}}')
+        assert code == 400, reply
+        assert reply["field"] == field and words in reply["message"], reply
+        assert len(reply["message"].splitlines()) == 1
+    # nothing was submitted, and the list stays valid JSON (it held Infinity)
+    code, listing = await api("GET", "jobs")
+    assert (code, listing["jobs"]) == (200, [])
+
+
+@pytest.mark.parametrize("word", ["NaN", "Infinity", "-Infinity"])
+async def test_a_body_with_nan_or_infinity_is_not_json(api: Api, root: Path, word: str) -> None:
+    (root / "train.py").write_text("print('hi')\n")
+    raw = f'{{"path": "train.py", "timeout": {word}}}'
+    code, reply = await api("POST", "jobs", raw_body=raw)
+    assert code == 400 and "not valid JSON" in reply["message"], reply
+    assert word.lstrip("-") in reply["message"]
+    code, listing = await api("GET", "jobs")
+    assert listing["jobs"] == []
+
+
+async def test_a_job_stored_with_an_infinite_timeout_still_lists_as_strict_json(
+    api: Api,
+) -> None:
+    """Earlier versions accepted ``"timeout": 1e400``: the store holds that job's spec
+    with Infinity. It lists, with the timeout as null, and every reply stays JSON."""
+    record, _ = make_record(name="forever")
+    spec = {**record.spec, "timeout": math.inf}
+    get_store().update(record.id, spec=json.dumps(spec))
+    assert "Infinity" in json.dumps(get_store().get(record.id).spec)  # type: ignore[union-attr]
+    code, listing = await api("GET", "jobs")  # the api fixture refuses a bare Infinity
+    assert code == 200, listing
+    (job,) = listing["jobs"]
+    assert job["name"] == "forever" and job["spec"]["timeout"] is None
+    code, job = await api("GET", "jobs", record.id)
+    assert code == 200 and job["spec"]["timeout"] is None
 
 
 async def test_submit_reports_spec_and_bundle_errors_as_400(api: Api, root: Path) -> None:

@@ -38,14 +38,17 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
-    """Register the REST routes on the server's web application.
+    """Register the REST routes, and the jobs' TensorBoard route, on the server's web
+    application.
 
     Args:
         serverapp: the running ``jupyter_server.serverapp.ServerApp``.
     """
     from alchemist.server.handlers import API_ROOT, setup_handlers
+    from alchemist.server.proxy import setup_proxy_routes
 
     setup_handlers(serverapp.web_app)
+    setup_proxy_routes(serverapp)
     base_url = serverapp.web_app.settings.get("base_url", "/")
     serverapp.log.info("Alchemist REST API at %s%s", base_url, API_ROOT)
     atexit.register(_stop_warm_pool)

@@ -865,29 +865,21 @@ class TensorBoardHandler(AlchemistHandler):
     async def post(self, job_id: str) -> None:
         """Start (or reuse) TensorBoard on the job's event files; reply ``{"url"}``.
 
-        When this server runs jupyter-server-proxy (a dependency of alchemist) the URL
-        goes through it, ``<base_url>proxy/<port>/``: TensorBoard listens on 127.0.0.1
-        only, and this server's base URL is right behind JupyterHub or any other proxy.
+        The URL is this server's own route to it, ``<base_url>alchemist/tensorboard/<id>/``
+        (:mod:`alchemist.server.proxy`): TensorBoard listens on a private unix socket,
+        and this server's base URL is right behind JupyterHub or any other proxy.
         ``ALCHEMIST_TENSORBOARD_URL`` overrides it (see :mod:`alchemist.tensorboard`).
         """
+        from alchemist.tensorboard import ROUTE
+
         self.query({})
         self.json_body()  # no fields, but a malformed body is still an error
         handle = await self.call(_tensorboard, job_id)
-        port = getattr(handle, "port", None)
-        if (
-            isinstance(port, int)
-            and self._proxy_enabled()
-            and not os.environ.get("ALCHEMIST_TENSORBOARD_URL")
-        ):
-            url = url_path_join(self.base_url, "proxy", str(port)) + "/"
-        else:
+        if os.environ.get("ALCHEMIST_TENSORBOARD_URL"):
             url = handle.url
-        self.reply({"url": url, "port": port})
-
-    def _proxy_enabled(self) -> bool:
-        manager = getattr(self.serverapp, "extension_manager", None)
-        package = manager.extensions.get("jupyter_server_proxy") if manager else None
-        return bool(package is not None and getattr(package, "enabled", False))
+        else:
+            url = url_path_join(self.base_url, ROUTE, job_id) + "/"
+        self.reply({"url": url})
 
 
 def setup_handlers(web_app: Any) -> None:

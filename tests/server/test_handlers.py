@@ -694,33 +694,4 @@ async def test_cancel_a_running_job(api: Api, root: Path) -> None:
     # (the suite's autouse fixture fails the test if any worker was left running)
 
 
-# -- TensorBoard ---------------------------------------------------------------------------------
-
-
-async def test_tensorboard_opens_through_the_servers_proxy(
-    api: Api, jp_fetch: Any, jp_base_url: str
-) -> None:
-    """A real TensorBoard on the job's event files, reached through jupyter-server-proxy."""
-    from torch.utils.tensorboard import SummaryWriter
-
-    from alchemist.client import attach
-    from alchemist.tensorboard import stop_tensorboard
-
-    record, job_dir = make_record()
-    writer = SummaryWriter(str(job_dir.tensorboard))
-    for step in range(3):
-        writer.add_scalar("loss", 1.0 / (step + 1), step)
-    writer.close()
-    try:
-        code, body = await api("POST", "jobs", record.id, "tensorboard")
-        assert code == 200, body
-        port = body["port"]
-        assert body["url"] == f"{jp_base_url}proxy/{port}/"
-        response = await jp_fetch("proxy", str(port), "data", "runs")
-        assert response.code == 200
-        assert json.loads(response.body) == ["."]
-        # a second request reuses the running server
-        code, again = await api("POST", "jobs", record.id, "tensorboard")
-        assert again["port"] == port
-    finally:
-        assert stop_tensorboard(attach(record.id))
+# TensorBoard through this server: tests/server/test_proxy.py.

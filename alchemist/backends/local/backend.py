@@ -17,6 +17,7 @@ from typing import Any
 
 from alchemist.backends.api import Backend, DryRunInfo, JobRequest, format_command
 from alchemist.backends.launch import LOOPBACK, local_launcher_args, runtime_args, worker_env
+from alchemist.backends.local import admission
 from alchemist.backends.local.admission import Capacity
 from alchemist.backends.local.procs import (
     alive,
@@ -132,10 +133,15 @@ class LocalBackend(Backend):
         against the capacity, for :func:`~alchemist.backends.local.supervisor.wait_for_admission`.
 
         Raises:
-            CapacityError: it could never fit on this machine (one line).
+            CapacityError: it could never fit on this machine, or the machine's queue
+                cannot be used (one line each).
         """
         capacity = self.capacity()
         self._check_resources(spec, capacity)
+        try:
+            admission.queue_dir()
+        except OSError as e:
+            raise CapacityError(str(e)) from None
         return {
             "owner": owner,
             "created": time.time(),

@@ -120,10 +120,11 @@ def main(argv: list[str]) -> int:
         def cancelled() -> bool:
             return signalled
 
-    queue = queue_of(request)
+    queue: admission.Queue | None = None
     ranks: Any = None
     final: dict[str, Any] = {"state": "failed", "reason": "the supervisor failed"}
     try:
+        queue = queue_of(request)
         granted: list[int] | None = []
         if queue is not None:
             granted = wait_for_admission(job_dir, request, queue, cancelled)
@@ -195,21 +196,26 @@ def wait_for_admission(
     waits the state is ``queued`` with the reason."""
     adm = request["admission"]
     pid = os.getpid()
-    queue.enqueue(
-        admission.Ticket(
-            job_id=job_dir.job_id,
-            owner=adm["owner"],
-            created=adm["created"],
-            slots=adm["slots"],
-            gpus=adm["gpus"],
-            job_root=str(job_dir.root),
-            pid=pid,
-            pid_started=admission.process_started(pid),
-        )
+    ticket = admission.Ticket(
+        job_id=job_dir.job_id,
+        owner=adm["owner"],
+        created=adm["created"],
+        slots=adm["slots"],
+        gpus=adm["gpus"],
+        job_root=str(job_dir.root),
+        pid=pid,
+        pid_started=admission.process_started(pid),
     )
     shown = None
+    enqueued = False
     while True:
-        got = queue.try_admit(job_dir.job_id)
+        try:
+            if not enqueued:
+                queue.enqueue(ticket)
+                enqueued = True
+            got: list[int] | admission.Wait = queue.try_admit(job_dir.job_id)
+        except admission.QueueLocked as e:  # another account holds the queue's lock
+            got = admission.Wait(0, str(e))
         if not isinstance(got, admission.Wait):
             return got
         if cancelled() or job_dir.cancel_marker.exists():

@@ -109,6 +109,10 @@ def prepare(settings: HubSettings) -> None:
         settings.home_base.mkdir(parents=True, exist_ok=True)
         os.chmod(settings.home_base, os.stat(settings.home_base).st_mode | 0o755)
         check_account_name_free(settings.admin)
+        if "ALCHEMIST_ADMISSION_DIR" not in os.environ:
+            from alchemist.backends.local.admission import prepare_machine_queue
+
+            prepare_machine_queue()  # root's, 1777: no user's first job owns it
 
 
 def start(settings: HubSettings, hub_args: list[str]) -> None:

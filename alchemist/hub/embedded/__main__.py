@@ -6,12 +6,16 @@ manage its accounts.
     alchemist-hub [start] [JUPYTERHUB_ARGS...]
     alchemist-hub add-user NAME [--password-stdin]
     alchemist-hub reset-password NAME [--password-stdin]
+    alchemist-hub release-name NAME
 
 ``start`` prepares the state directory, creates the admin account on the first start
 and prints its generated password (once: only a hash is stored), then replaces itself
 with ``jupyterhub -f <the packaged jupyterhub_config.py>`` (or
 ``$ALCHEMIST_HUB_CONFIG``). ``add-user`` and ``reset-password``
 print a generated password unless one is piped in; they work while the hub runs.
+``release-name`` deletes the system account a deleted hub user left (locked, kept so
+that nobody who signs up later under that name gets its files and jobs) and its home,
+and frees the name.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from alchemist.hub.embedded.accounts import (
     generate_password,
     has_password,
     open_hub_db,
+    release_name,
     set_password,
 )
 from alchemist.hub.embedded.settings import USERNAME_PATTERN, HubSettings
@@ -184,6 +189,13 @@ def main(argv: list[str] | None = None) -> int:
             )
             ns = parser.parse_args(args[1:])
             set_user_password(settings, ns.name, ns.password_stdin, create=args[0] == "add-user")
+            return 0
+        if args and args[0] == "release-name":
+            parser = argparse.ArgumentParser(prog="alchemist-hub release-name")
+            parser.add_argument("name")
+            ns = parser.parse_args(args[1:])
+            home = release_name(ns.name)
+            print(f"deleted the account of deleted hub user {ns.name!r} and its home {home}")
             return 0
         if args and args[0] == "start":
             args = args[1:]

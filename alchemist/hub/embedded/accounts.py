@@ -9,6 +9,13 @@ In ``accounts`` isolation (a hub running as root) each hub user also gets a syst
 account of the same name, made by ``useradd`` on the first spawn, and their server runs
 as it. Only accounts the hub made (GECOS comment :data:`ACCOUNT_MARKER`) are ever used:
 a hub user called ``root`` or ``daemon`` is refused, never mapped onto that account.
+
+When an admin deletes a hub user, their account is retired (:func:`retire_system_account`):
+every process of it ends (its server, kernels, jobs and warm pool), the account is locked
+and marked :data:`RETIRED_MARKER`, and its home is kept. A retired name is refused to
+anyone who signs up or is added later, who would otherwise spawn as the old account,
+with its files and running jobs; ``alchemist-hub release-name NAME`` deletes the old
+account and its home, and frees the name.
 """
 
 from __future__ import annotations
@@ -17,13 +24,14 @@ import os
 import pwd
 import secrets
 import subprocess
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import bcrypt
 
 from alchemist.errors import HubConfigError
-from alchemist.hub.embedded.settings import ACCOUNT_MARKER, HubSettings
+from alchemist.hub.embedded.settings import ACCOUNT_MARKER, RETIRED_MARKER, HubSettings
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -104,13 +112,26 @@ def is_hub_account(entry: pwd.struct_passwd) -> bool:
     return entry.pw_gecos.split(",", 1)[0] == ACCOUNT_MARKER
 
 
+def is_retired_account(entry: pwd.struct_passwd) -> bool:
+    """Whether this is the hub-made account of a deleted hub user."""
+    return entry.pw_gecos.split(",", 1)[0] == RETIRED_MARKER
+
+
 def check_account_name_free(name: str) -> None:
-    """Refuse a hub user whose name is a system account the hub did not make.
+    """Refuse a hub user whose name is a system account the hub did not make, or the
+    retired account of a deleted hub user.
 
     Raises:
-        HubConfigError: ``name`` is such an account (``root``, ``daemon``, a person's).
+        HubConfigError: ``name`` is such an account (``root``, ``daemon``, a person's,
+            a deleted user's).
     """
     entry = system_account(name)
+    if entry is not None and is_retired_account(entry):
+        raise HubConfigError(
+            f"{name!r} belonged to a deleted hub user, whose files are kept in"
+            f" {entry.pw_dir}; the name stays taken until an administrator runs"
+            f" alchemist-hub release-name {name} (which deletes that account and its files)"
+        )
     if entry is not None and not is_hub_account(entry):
         raise HubConfigError(
             f"{name!r} is an existing system account that the hub did not create;"
@@ -170,9 +191,77 @@ def closed_dirs(path: Path) -> list[Path]:
     return closed
 
 
-def remove_system_account(name: str) -> None:
-    """Delete a hub-made system account and its home (no-op if absent or not hub-made)."""
+def end_processes_of(uid: int, grace: float = 5.0) -> int:
+    """End every process of account ``uid`` (SIGTERM, then SIGKILL after ``grace``
+    seconds); returns how many there were."""
+    import psutil
+
+    procs = []
+    for proc in psutil.process_iter(["uids"]):
+        uids = proc.info["uids"]
+        if uids is not None and uid in (uids.real, uids.effective):
+            procs.append(proc)
+    for proc in procs:
+        try:
+            proc.terminate()
+        except psutil.Error:
+            pass
+    _, left = psutil.wait_procs(procs, timeout=grace)
+    for proc in left:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(left, timeout=grace)
+    return len(procs)
+
+
+def retire_system_account(name: str) -> int:
+    """The hub user ``name`` was deleted: end their account's processes, lock it and
+    mark it retired (see the module); returns how many processes ended. No-op for an
+    account the hub did not make. Needs root.
+
+    Raises:
+        HubConfigError: usermod failed (its message is included).
+    """
     entry = system_account(name)
     if entry is None or not is_hub_account(entry):
+        return 0
+    when = time.strftime("%Y-%m-%d", time.gmtime())
+    done = subprocess.run(
+        ["usermod", "--lock", "--expiredate", "1", "--comment", f"{RETIRED_MARKER},{when}", name],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise HubConfigError(f"cannot retire the system account {name!r}: {done.stderr.strip()}")
+    # Locked and retired first, so that nothing of it starts again while it ends.
+    return end_processes_of(entry.pw_uid)
+
+
+def remove_system_account(name: str) -> None:
+    """Delete a hub-made (or retired) system account and its home, its processes ended
+    first (no-op if absent or not the hub's)."""
+    entry = system_account(name)
+    if entry is None or not (is_hub_account(entry) or is_retired_account(entry)):
         return
+    end_processes_of(entry.pw_uid)
     subprocess.run(["userdel", "--remove", name], capture_output=True, check=False)
+
+
+def release_name(name: str) -> str:
+    """``alchemist-hub release-name``: delete the retired account ``name`` and its home.
+
+    Raises:
+        HubConfigError: ``name`` is no retired account of the hub.
+    """
+    entry = system_account(name)
+    if entry is None or not is_retired_account(entry):
+        raise HubConfigError(
+            f"{name!r} is not the account of a deleted hub user: nothing to release"
+        )
+    remove_system_account(name)
+    if system_account(name) is not None:
+        raise HubConfigError(f"userdel could not delete the account {name!r}")
+    return entry.pw_dir

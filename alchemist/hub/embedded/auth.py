@@ -20,6 +20,7 @@ from alchemist.hub.embedded.accounts import (
     admin_banner,
     check_account_name_free,
     generate_password,
+    retire_system_account,
     set_password,
 )
 
@@ -68,6 +69,20 @@ class AlchemistAuthenticator(NativeAuthenticator):
                 self.log.warning("refused user name: %s", e)
                 return False
         return True
+
+    async def delete_user(self, user: Any) -> None:
+        """A deleted hub user's system account is retired (processes ended, locked, name
+        kept from the next sign-up: :func:`~alchemist.hub.embedded.accounts.retire_system_account`)."""
+        super().delete_user(user)
+        if self.system_accounts:
+            import asyncio
+
+            ended = await asyncio.to_thread(retire_system_account, user.name)
+            self.log.info(
+                "retired the system account of deleted user %s (%d processes ended)",
+                user.name,
+                ended,
+            )
 
     def get_handlers(self, app: Any) -> list[tuple[str, Any]]:
         """NativeAuthenticator's pages (sign-up, authorize, change password), not /login."""

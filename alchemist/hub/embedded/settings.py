@@ -59,6 +59,10 @@ CHECKOUT_ROOT = _checkout_root()
 #: GECOS comment of the system accounts the hub creates; the hub only ever runs servers
 #: as accounts that carry it, never as a pre-existing account such as ``root``.
 ACCOUNT_MARKER = "alchemist hub user"
+#: GECOS comment of a hub-made account whose hub user was deleted: locked, its
+#: processes ended, its files kept, and its name taken by no one until an administrator
+#: releases it (``alchemist-hub release-name``).
+RETIRED_MARKER = "alchemist hub user (deleted)"
 
 #: Hub user names that are also valid, portable Unix login names (useradd's rules).
 USERNAME_PATTERN = r"^[a-z][a-z0-9_-]{0,30}$"

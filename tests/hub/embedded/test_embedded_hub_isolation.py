@@ -273,3 +273,72 @@ def test_user_b_cannot_see_read_or_cancel_user_a_job(hub: RunningHub) -> None:
             lambda: alice.rest("GET", a, f"jobs/{a_id}").json()["state"] == "cancelled",
             timeout=60,
         )
+
+
+def _uid_processes(uid: int) -> list[int]:
+    import psutil
+
+    return [
+        p.pid
+        for p in psutil.process_iter(["uids"])
+        if p.info["uids"] and p.info["uids"].real == uid
+    ]
+
+
+def test_a_deleted_users_name_cannot_be_taken_with_their_account_files_and_jobs(
+    hub: RunningHub,
+) -> None:
+    """An admin deletes carol, whose job is running. Her account's processes end (the
+    server, the job), the account is locked and kept, and whoever signs up or is added
+    as carol later is refused: they would spawn as her old account, with her files and
+    jobs. ``alchemist-hub release-name`` deletes the old account; a new carol then
+    starts from an empty home."""
+    from alchemist.hub.embedded.settings import RETIRED_MARKER
+
+    c, password = f"carol-{uuid.uuid4().hex[:6]}", "carol-Passw0rd-1"
+    hub.add_user(c, password)
+    carol = HubUser(hub, c, password)
+    carol.spawn()
+    job: dict[str, Any] = json.loads(run_as(c, SUBMIT_AS_A))
+    log = Path(job["log"])
+    wait_until("carol's job to run", lambda: log.exists() and "A-private" in log.read_text(), 120)
+    entry = pwd.getpwnam(c)
+
+    admin = HubUser(hub, hub.admin, hub.admin_password)
+    deleted = admin.hub_api("DELETE", f"users/{c}")
+    assert deleted.status_code == 204, deleted.text
+    wait_until("carol's processes to end", lambda: not _uid_processes(entry.pw_uid), 60)
+    retired = pwd.getpwnam(c)
+    assert retired.pw_gecos.startswith(RETIRED_MARKER) and retired.pw_uid == entry.pw_uid
+    assert Path(job["dir"]).is_dir()  # her files are kept, for an administrator
+
+    # Taking the name: refused, by the admin's command and by the sign-up page.
+    again = hub.manage("add-user", c, "--password-stdin", stdin=password + "\n")
+    assert again.returncode == 2 and "belonged to a deleted hub user" in again.stderr, again
+    assert f"alchemist-hub release-name {c}" in again.stderr and again.stderr.count("\n") == 1
+    session = requests.Session()
+    session.get(hub.url + "hub/signup", timeout=30)
+    session.post(
+        hub.url + "hub/signup",
+        data={"username": c, "signup_password": "new-Passw0rd-9",
+              "signup_password_confirmation": "new-Passw0rd-9",
+              "_xsrf": session.cookies["_xsrf"]},
+        timeout=30,
+    )  # fmt: skip
+    import sqlite3
+
+    with sqlite3.connect(hub.hub_dir / "jupyterhub.sqlite") as db:  # no sign-up was kept
+        signed = db.execute("select username from users_info where username = ?", (c,))
+        assert signed.fetchall() == []
+
+    released = hub.manage("release-name", c)
+    assert released.returncode == 0, released.stderr
+    try:
+        pwd.getpwnam(c)
+        raise AssertionError("the retired account is still there")
+    except KeyError:
+        pass
+    hub.add_user(c, password)  # a new carol
+    HubUser(hub, c, password).spawn()
+    assert pwd.getpwnam(c).pw_uid is not None
+    assert not (Path(pwd.getpwnam(c).pw_dir) / ".alchemist" / "jobs" / job["id"]).exists()

@@ -156,12 +156,15 @@ def start_hub(
             return False
 
     wait_until("the hub to answer", ready, timeout=60)
-    match = re.search(r"password (\S+)\n", log.read_text())
+    # The output is a file, not a terminal: the first start's password is in the file
+    # the banner names, never in the log.
+    said = re.search(r"its password is in (\S+)\n", log.read_text())
     if admin_password is None:
-        assert match, f"no admin password printed:\n{log.read_text()}"
-        admin_password = match.group(1)
+        assert said, f"no admin account created:\n{log.read_text()}"
+        admin_password = Path(said.group(1)).read_text().strip()
+        assert admin_password and admin_password not in log.read_text()
     else:
-        assert match is None, "a restart printed an admin password again"
+        assert said is None, "a restart created the admin account again"
     return RunningHub(
         url=url,
         admin=env["ALCHEMIST_HUB_ADMIN"],

@@ -89,13 +89,22 @@ def set_password(db: Session, username: str, password: str) -> None:
     db.commit()
 
 
-def admin_banner(admin: str, password: str) -> str:
-    """What the first start prints: the admin's name and generated password, once."""
+def admin_banner(admin: str, password: str | None, in_file: Path | None = None) -> str:
+    """What the first start prints: the admin's name and generated password, once; or,
+    when the output is not a terminal, the file that holds the password."""
+    if password is None:
+        shown = (
+            f"  Admin account created:  user {admin!r}; its password is in {in_file}\n"
+            "  (readable by this account only, removed at the admin's first log-in;\n"
+            "  not printed, as this output is not a terminal and may be kept).\n"
+        )
+    else:
+        shown = (
+            f"  Admin account created:  user {admin!r}  password {password}\n"
+            "  This password is shown only this once and stored only as a hash.\n"
+        )
     return (
-        "\n"
-        f"  Admin account created:  user {admin!r}  password {password}\n"
-        "  This password is shown only this once and stored only as a hash.\n"
-        f"  Lost it? alchemist-hub reset-password {admin}\n"
+        "\n" + shown + f"  Lost it? alchemist-hub reset-password {admin}\n"
         "  Other users sign up at /hub/signup; approve them at /hub/authorize.\n"
     )
 

@@ -9,6 +9,9 @@ hashes as root. New users sign up at ``/hub/signup`` and an admin approves them 
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
 from typing import Any
 
 from nativeauthenticator import NativeAuthenticator
@@ -48,6 +51,14 @@ class AlchemistAuthenticator(NativeAuthenticator):
         " when it has no password yet ('' for none). Only its bcrypt hash is stored.",
     )
 
+    admin_password_file = Unicode(
+        "",
+        config=True,
+        help="Where the first start's admin password goes when stdout is not a terminal"
+        " (a log file, a service's journal, where it would be kept for good): a file made"
+        " 0600, removed at the admin's first log-in ('' to print it anyway).",
+    )
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         # Created here, inside the hub and before it serves any page, so nobody can
@@ -56,7 +67,27 @@ class AlchemistAuthenticator(NativeAuthenticator):
         if self.create_admin and UserInfo.find(self.db, self.create_admin) is None:
             password = generate_password()
             set_password(self.db, self.create_admin, password)
-            print(admin_banner(self.create_admin, password), flush=True)
+            if sys.stdout.isatty() or not self.admin_password_file:
+                print(admin_banner(self.create_admin, password), flush=True)
+            else:
+                path = Path(self.admin_password_file)
+                path.unlink(missing_ok=True)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    f.write(password + "\n")
+                print(admin_banner(self.create_admin, None, path), flush=True)
+
+    async def authenticate(self, handler: Any, data: dict[str, Any]) -> Any:
+        """NativeAuthenticator's check; the admin's first log-in removes the file that
+        held its first password."""
+        user = await super().authenticate(handler, data)
+        if (
+            user
+            and self.admin_password_file
+            and self.normalize_username(str(data.get("username", ""))) == self.create_admin
+        ):
+            Path(self.admin_password_file).unlink(missing_ok=True)
+        return user
 
     def validate_username(self, username: str) -> bool:
         """Whether ``username`` may be a hub user (pattern, characters, account clash)."""

@@ -47,6 +47,7 @@ def configure(c: Any, settings: HubSettings | None = None) -> HubSettings:
     c.JupyterHub.template_paths = [str(Path(__file__).resolve().parent / "templates")]
     c.Authenticator.admin_users = {s.admin}
     c.AlchemistAuthenticator.create_admin = s.admin
+    c.AlchemistAuthenticator.admin_password_file = str(s.hub_dir / "admin-password")
     c.Authenticator.allow_all = True
     c.Authenticator.username_pattern = USERNAME_PATTERN
     c.AlchemistAuthenticator.system_accounts = s.isolation == "accounts"

@@ -87,15 +87,23 @@ def run_main(
     )
 
 
-def test_first_start_prints_the_admin_password_once_and_stores_only_a_hash(
+def test_first_start_gives_the_admin_password_once_and_stores_only_a_hash(
     workdir: Path,
 ) -> None:
+    """The hub's output here is a log file, not a terminal: the first password is not
+    printed (a log is kept, and may be read by others) but put in a 0600 file that the
+    banner names, removed at the admin's first log-in (``start_hub`` reads it)."""
     state, homes = workdir / "state", workdir / "homes"
     env = hub_env(state, homes)
     first = start_hub(state, homes, env)
     try:
         assert re.search(r"Alchemist hub: http://127\.0\.0\.1:\d+/", first.log_text())
+        assert first.admin_password not in first.log_text()
+        handed = state / "admin-password"
+        assert f"its password is in {handed}" in first.log_text()
+        assert handed.stat().st_mode & 0o777 == 0o600
         assert logged_in(http_login(first, first.admin, first.admin_password))
+        assert not handed.exists(), "the admin's first log-in removes the password's file"
         wrong = http_login(first, first.admin, first.admin_password + "x")
         assert not logged_in(wrong)
         assert "Invalid username or password" in wrong.text

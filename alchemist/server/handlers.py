@@ -55,12 +55,14 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import os
 import re
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from http.client import responses
 from pathlib import Path
 from typing import Any, TypeVar
@@ -250,9 +252,13 @@ class AlchemistHandler(APIHandler):
         super().log_exception(typ, value, tb)
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a blocking client call in a thread; domain errors become JSON replies."""
+        """Run a blocking client call in a thread of this extension's own (a slow one,
+        :data:`SLOW_CALLS`, in the slow pool); domain errors become JSON replies."""
+        pool = _SLOW_POOL if fn in SLOW_CALLS else _QUICK_POOL
         try:
-            return await asyncio.to_thread(fn, *args, **kwargs)
+            return await asyncio.get_running_loop().run_in_executor(
+                pool, functools.partial(fn, *args, **kwargs)
+            )
         except web.HTTPError:
             raise
         except Exception as e:
@@ -880,6 +886,20 @@ class TensorBoardHandler(AlchemistHandler):
         else:
             url = url_path_join(self.base_url, ROUTE, job_id) + "/"
         self.reply({"url": url})
+
+
+#: Calls that may take seconds (a cancel's grace, a diagnosis asking every rank, a
+#: bundle, TensorBoard's start, a submit that bundles the workspace, the pool's stop).
+SLOW_CALLS: frozenset[Callable[..., Any]] = frozenset(
+    {_submit, _cancel_job, _diagnosis, _diagnosis_bundle, _tensorboard, _pool_stop}
+)
+#: The extension's threads: its blocking calls never take the threads of the event
+#: loop's default executor, which the Jupyter server itself relies on, and slow calls
+#: (at most :data:`SLOW_THREADS` at once; the others wait their turn) never hold up the
+#: quick reads the panel polls (listings, logs, metrics).
+QUICK_THREADS, SLOW_THREADS = 8, 3
+_QUICK_POOL = ThreadPoolExecutor(QUICK_THREADS, thread_name_prefix="alchemist-rest")
+_SLOW_POOL = ThreadPoolExecutor(SLOW_THREADS, thread_name_prefix="alchemist-rest-slow")
 
 
 def setup_handlers(web_app: Any) -> None:

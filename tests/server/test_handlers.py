@@ -695,3 +695,52 @@ async def test_cancel_a_running_job(api: Api, root: Path) -> None:
 
 
 # TensorBoard through this server: tests/server/test_proxy.py.
+
+
+async def test_slow_calls_hold_up_neither_the_panels_reads_nor_the_servers_own_threads(
+    api: Api, jp_fetch: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Debug bundles that take long (here: held until released) fill the extension's
+    slow threads; the panel's listing, the Jupyter server's own work on the event loop's
+    default executor and its contents API still answer. Before, every call ran on that
+    default executor (6 threads on 2 cores): a few slow ones stalled the whole server."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from alchemist.server import handlers
+
+    record, _ = make_record()
+    gate, inside = threading.Event(), threading.Semaphore(0)
+
+    def held(*args: Any, **kwargs: Any) -> bytes:
+        inside.release()
+        gate.wait(120)
+        return b""
+
+    monkeypatch.setattr("alchemist.diagnosis.bundle.bundle_bytes", held)
+    default_threads = ThreadPoolExecutor()._max_workers  # what the loop's default has
+    slow = [
+        asyncio.ensure_future(
+            jp_fetch("alchemist", "api", "v1", "jobs", record.id, "diagnosis", "bundle",
+                     raise_error=False, request_timeout=180)
+        )
+        for _ in range(min(8, max(default_threads, handlers.SLOW_THREADS + 1)))
+    ]  # fmt: skip
+    try:
+        taken, deadline = 0, time.monotonic() + 60
+        while taken < handlers.SLOW_THREADS:  # the slow threads are all taken (polled:
+            assert time.monotonic() < deadline  # no thread of the loop's to wait with)
+            if inside.acquire(blocking=False):
+                taken += 1
+            else:
+                await asyncio.sleep(0.01)
+        code, body = await asyncio.wait_for(api("GET", "jobs"), 30)
+        assert code == 200 and record.id in [j["id"] for j in body["jobs"]]
+        loop = asyncio.get_running_loop()
+        assert await asyncio.wait_for(loop.run_in_executor(None, lambda: 42), 30) == 42
+        contents = await asyncio.wait_for(jp_fetch("api", "contents"), 30)
+        assert contents.code == 200
+    finally:
+        gate.set()
+        done = await asyncio.gather(*slow)
+    assert {r.code for r in done} == {200}

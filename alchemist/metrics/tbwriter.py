@@ -23,6 +23,13 @@ show the newest attempt's values: the first event of a newer attempt writes a
 (:mod:`alchemist.metrics.attempts`). SIGTERM, or end-of-file on stdin, makes it convert
 what is left and exit.
 
+Each conversion reads at most :data:`CHUNK_BYTES` of events at a time, so a writer that
+fell behind (or a job that logged gigabytes) is converted chunk by chunk in bounded
+memory. The catch-up when TensorBoard is opened (:func:`catch_up`) spends at most
+:data:`CATCH_UP_BUDGET_S` seconds, in the process that opens it (the kernel, the
+Jupyter server); what is left is converted by ``python -m alchemist.metrics.tbwriter
+JOB_DIR --drain``, started detached, while TensorBoard already shows the first part.
+
 Written with tensorboard's own ``EventFileWriter`` (what ``torch.utils.tensorboard``'s
 ``SummaryWriter`` wraps), so this process does not import torch.
 """
@@ -36,7 +43,9 @@ import json
 import os
 import select
 import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +63,10 @@ ATTEMPTS_FILE = ".attempts"
 LOCK_FILE = ".lock"
 #: Held (flock) by the running writer for its whole life.
 WRITER_FILE = ".writer"
+#: The most one conversion reads at once (bytes of events, shared between the ranks).
+CHUNK_BYTES = 4 << 20
+#: The most :func:`catch_up` converts for, in the caller's process (seconds).
+CATCH_UP_BUDGET_S = 5.0
 
 
 class EventConverter:
@@ -66,6 +79,8 @@ class EventConverter:
         self.attempts_path = job_dir.tensorboard / ATTEMPTS_FILE
         self.lock_path = job_dir.tensorboard / LOCK_FILE
         self.cursor = ""
+        #: whether the last :meth:`sync` left events already written unread
+        self.more = False
         self._writers: dict[int, Any] = {}
 
     def _writer(self, rank: int) -> Any:
@@ -78,8 +93,9 @@ class EventConverter:
             w = self._writers[rank] = EventFileWriter(str(logdir), max_queue_size=1000)
         return w
 
-    def sync(self) -> int:
-        """Convert the events written since the last conversion (by any process).
+    def sync(self, max_bytes: int | None = CHUNK_BYTES) -> int:
+        """Convert the events written since the last conversion (by any process), up
+        to ``max_bytes`` of them (:attr:`more` says whether more were waiting).
 
         The cursor file is read and written under an exclusive lock, so the running
         writer and :func:`alchemist.tensorboard.open_tensorboard`'s catch-up sync never
@@ -92,7 +108,7 @@ class EventConverter:
         with open(self.lock_path, "a+b") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
             try:
-                return self._sync_locked()
+                return self._sync_locked(max_bytes)
             finally:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
@@ -105,7 +121,7 @@ class EventConverter:
         except (OSError, ValueError, AttributeError):
             return AttemptTracker()
 
-    def _sync_locked(self) -> int:
+    def _sync_locked(self, max_bytes: int | None) -> int:
         from tensorboard.compat.proto.event_pb2 import Event, SessionLog
         from tensorboard.compat.proto.summary_pb2 import Summary
 
@@ -114,9 +130,9 @@ class EventConverter:
         except OSError:
             self.cursor = ""
         try:
-            events, cursor = self.reader.read(self.cursor)
+            events, cursor, self.more = self.reader.read_chunk(self.cursor, max_bytes)
         except CursorError:  # a stray edit of the file: start over, as a missing file does
-            events, cursor = self.reader.read(None)
+            events, cursor, self.more = self.reader.read_chunk(None, max_bytes)
         attempts = self._load_attempts(fresh=not self.cursor)
         before = dict(attempts.seen)
         written: set[int] = set()
@@ -190,7 +206,8 @@ def run(job_root: Path, interval: float = 1.0, stdin_fd: int | None = 0) -> None
     parent = os.getppid()
     try:
         while not stopping:
-            converter.sync()
+            while converter.sync() and converter.more and not stopping:
+                pass  # behind: the next chunk at once
             _refresh(keeper)
             if os.getppid() != parent:
                 break  # the worker died (we were re-parented)
@@ -211,8 +228,9 @@ def run(job_root: Path, interval: float = 1.0, stdin_fd: int | None = 0) -> None
         alive.close()
 
 
-def catch_up(job_root: Path) -> bool:
-    """Convert events no writer has converted yet, when no writer runs for the job.
+def catch_up(job_root: Path, budget_s: float = CATCH_UP_BUDGET_S) -> bool:
+    """Convert events no writer has converted yet, when no writer runs for the job, for
+    at most ``budget_s`` seconds; the rest is left to a detached ``--drain`` process.
 
     TensorBoard reads a run's event files in name order, so a second file must not be
     written while the job's own writer still appends to the first: when the writer is
@@ -225,6 +243,7 @@ def catch_up(job_root: Path) -> bool:
     if not job_dir.root.is_dir():
         return False
     job_dir.tensorboard.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + budget_s
     with open(job_dir.tensorboard / WRITER_FILE, "a+b") as alive:
         try:
             fcntl.flock(alive.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -232,20 +251,50 @@ def catch_up(job_root: Path) -> bool:
             return False
         converter = EventConverter(job_dir)
         try:
-            converter.sync()
+            while converter.sync() and converter.more and time.monotonic() < deadline:
+                pass
         finally:
             converter.close()
-        return True
+    if converter.more:  # the writer's lock is free again: the drain takes it
+        subprocess.Popen(
+            [sys.executable, "-m", "alchemist.metrics.tbwriter", str(job_dir.root), "--drain"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    return True
+
+
+def drain(job_root: Path) -> None:
+    """Convert everything left, unless a writer runs for the job (it will), and exit."""
+    job_dir = JobDir(job_root)
+    with open(job_dir.tensorboard / WRITER_FILE, "a+b") as alive:
+        try:
+            fcntl.flock(alive.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return
+        converter = EventConverter(job_dir)
+        try:
+            while converter.sync():
+                pass
+        finally:
+            converter.close()
+        _refresh(SummaryKeeper(MetricsReader(job_dir)), force_save=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m alchemist.metrics.tbwriter")
     p.add_argument("job_dir", type=Path)
     p.add_argument("--interval", type=float, default=1.0)
+    p.add_argument("--drain", action="store_true", help="convert what is left, then exit")
     args = p.parse_args(argv)
     with contextlib.suppress(OSError):
         os.nice(10)  # converting for TensorBoard must not slow the training ranks
-    run(args.job_dir, args.interval)
+    if args.drain:
+        drain(args.job_dir)
+    else:
+        run(args.job_dir, args.interval)
     return 0
 
 

@@ -96,6 +96,37 @@ def test_catch_up_goes_on_from_a_cursor_of_an_earlier_version(tmp_path: Path) ->
     assert scalars(jd.tensorboard / "rank-1", "loss") == [(2, 2.0), (3, 3.0)]
 
 
+def test_catch_up_keeps_to_its_budget_and_a_detached_drain_converts_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job whose writer fell far behind (here: 12 MB of events no writer converted):
+    opening TensorBoard converts one chunk at a time, for its budget only, in the
+    caller's process; a detached ``--drain`` process converts the rest."""
+    from alchemist.metrics import tbwriter
+    from alchemist.metrics.reader import parse_cursor
+
+    monkeypatch.setattr(tbwriter, "CHUNK_BYTES", 1 << 20)
+    jd = JobDir(tmp_path / "j-behind").create()
+    steps = 120_000
+    line = '{{"rank": 0, "step": {s}, "time": 1.0, "values": {{"loss": {s}.0, "pad": 0.0}}}}\n'
+    jd.rank_metrics(0).write_text("".join(line.format(s=s) for s in range(steps)))
+    assert jd.rank_metrics(0).stat().st_size > 8 << 20
+
+    t0 = time.monotonic()
+    assert catch_up(jd.root, budget_s=0.0)  # one chunk, then the drain
+    assert time.monotonic() - t0 < 10
+    deadline = time.monotonic() + 120
+    while True:  # the drain holds the writer's lock until it is done
+        cursor = (jd.tensorboard / tbwriter.CURSOR_FILE).read_text()
+        done = parse_cursor(cursor).get("0") == jd.rank_metrics(0).stat().st_size
+        if done and catch_up(jd.root, budget_s=0.0):
+            break
+        assert time.monotonic() < deadline, "the drain did not convert the rest"
+        time.sleep(0.1)
+    got = scalars(jd.tensorboard, "loss")
+    assert len(got) == steps and got[-1] == (steps - 1, float(steps - 1))
+
+
 _WORKER = r"""
 import sys, time
 from pathlib import Path

@@ -32,6 +32,7 @@ from pathlib import Path
 from alchemist.errors import HubConfigError
 from alchemist.hub.embedded.accounts import (
     check_account_name_free,
+    check_code_is_roots,
     closed_dirs,
     generate_password,
     has_password,
@@ -123,6 +124,8 @@ def prepare(settings: HubSettings) -> None:
 def start(settings: HubSettings, hub_args: list[str]) -> None:
     """Prepare, print the URL (and the admin password on the first start), exec the hub."""
     config = config_file()
+    if os.geteuid() == 0:
+        check_code_is_roots(config)
     prepare(settings)
     print(
         f"Alchemist hub: {settings.url}"

@@ -23,7 +23,9 @@ from __future__ import annotations
 import os
 import pwd
 import secrets
+import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -183,6 +185,80 @@ def ensure_system_account(name: str, home_base: Path) -> pwd.struct_passwd:
         entry = pwd.getpwnam(name)
     os.chmod(entry.pw_dir, 0o700)
     return entry
+
+
+def changeable_by_others(paths: list[Path], trees: list[Path]) -> list[str]:
+    """What of the code a root hub runs its users could change (empty: nothing): each
+    of ``paths`` and every folder above it, and everything in ``trees``, must not be
+    writable by group or others (a sticky folder such as ``/tmp`` may be: nobody can
+    replace another's entries in it), nor belong to an account the hub made for a user.
+    A root hub imports these files: whoever could edit one would run code as root. (A
+    checkout of the administrator's own login is theirs to trust.)
+    """
+    problems: list[str] = []
+    seen: set[Path] = set()
+
+    def check(path: Path) -> None:
+        if path in seen:
+            return
+        seen.add(path)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return
+        if st.st_uid != 0:
+            try:
+                entry = pwd.getpwuid(st.st_uid)
+            except KeyError:
+                entry = None
+            if entry is not None and (is_hub_account(entry) or is_retired_account(entry)):
+                problems.append(f"{path} belongs to hub user {entry.pw_name}")
+                return
+        if (
+            not stat.S_ISLNK(st.st_mode)
+            and st.st_mode & 0o022
+            and not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX)
+        ):
+            problems.append(f"{path} can be written by others (mode {st.st_mode & 0o777:o})")
+
+    for path in [*paths, *trees]:
+        real = Path(os.path.realpath(path))
+        for folder in [*reversed(real.parents), real]:
+            check(folder)
+    for tree in trees:
+        for root, dirs, files in os.walk(os.path.realpath(tree)):
+            for name in [*dirs, *files]:
+                check(Path(root) / name)
+    return problems
+
+
+def check_code_is_roots(config: Path) -> None:
+    """As root: refuse to start when its users could change the code the hub runs
+    (this package, the interpreter and its standard library, site-packages, the hub's
+    config file).
+
+    Raises:
+        HubConfigError: one line naming the first such path and the fix.
+    """
+    import sysconfig
+
+    import alchemist
+
+    paths = [
+        Path(sys.executable),
+        Path(sysconfig.get_paths()["stdlib"]),
+        Path(sysconfig.get_paths()["purelib"]),
+        Path(sys.prefix) / "bin",
+        config,
+    ]
+    problems = changeable_by_others(paths, [Path(alchemist.__file__).parent])
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise HubConfigError(
+            f"the hub runs as root, but other accounts could change code it runs:"
+            f" {problems[0]}{more}; make it not writable by others (chmod -R go-w) and"
+            " not a hub user's (chown -R root:), or run the hub from a root-owned install"
+        )
 
 
 def closed_dirs(path: Path) -> list[Path]:

@@ -303,6 +303,14 @@ def test_a_deleted_users_name_cannot_be_taken_with_their_account_files_and_jobs(
     log = Path(job["log"])
     wait_until("carol's job to run", lambda: log.exists() and "A-private" in log.read_text(), 120)
     entry = pwd.getpwnam(c)
+    # Code a root hub would run, owned by a hub user: refused at the hub's start
+    # (alchemist-hub start checks its code with this).
+    from alchemist.hub.embedded.accounts import changeable_by_others
+
+    planted = hub.hub_dir.parent / f"planted-{c}.py"
+    planted.write_text("")
+    os.chown(planted, entry.pw_uid, entry.pw_gid)
+    assert changeable_by_others([planted], []) == [f"{planted} belongs to hub user {c}"]
 
     admin = HubUser(hub, hub.admin, hub.admin_password)
     deleted = admin.hub_api("DELETE", f"users/{c}")
@@ -311,6 +319,8 @@ def test_a_deleted_users_name_cannot_be_taken_with_their_account_files_and_jobs(
     retired = pwd.getpwnam(c)
     assert retired.pw_gecos.startswith(RETIRED_MARKER) and retired.pw_uid == entry.pw_uid
     assert Path(job["dir"]).is_dir()  # her files are kept, for an administrator
+    assert changeable_by_others([planted], []) == [f"{planted} belongs to hub user {c}"]
+    planted.unlink()
 
     # Taking the name: refused, by the admin's command and by the sign-up page.
     again = hub.manage("add-user", c, "--password-stdin", stdin=password + "\n")

@@ -171,6 +171,38 @@ def test_mistakes_get_one_line_that_names_the_fix(workdir: Path) -> None:
         assert "'daemon' is an existing system account" in clash.stderr
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="the check is for a hub run as root")
+def test_a_root_hub_refuses_to_run_code_another_account_could_change(workdir: Path) -> None:
+    """A root hub imports its config file, this package and the environment's: a file
+    or folder other accounts may write (or a hub user owns) would let them run code as
+    root. (A file a hub user owns: ``test_embedded_hub_isolation.py``, with real hub
+    users.)"""
+    import shutil
+
+    from alchemist.hub.embedded import accounts
+
+    env = hub_env(workdir / "state", workdir / "homes")
+    packaged = Path(accounts.__file__).with_name("jupyterhub_config.py")
+    theirs = workdir / "theirs"
+    theirs.mkdir()
+    config = theirs / "jupyterhub_config.py"
+    shutil.copy(packaged, config)
+    for path, mode in ((theirs, 0o777), (theirs, 0o775), (config, 0o666)):
+        theirs.chmod(0o755)
+        config.chmod(0o644)
+        path.chmod(mode)  # a folder or the file itself others (or a group) may write
+        refused = run_main({**env, "ALCHEMIST_HUB_CONFIG": str(config)})
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+        said = f"{path} can be written by others (mode {mode:o})"
+        assert f"other accounts could change code it runs: {said}" in refused.stderr
+    # What a root hub runs here (the checkout, the environment) passes the same check.
+    assert accounts.changeable_by_others([packaged], [packaged.parent]) == []
+    sticky = workdir / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)  # as /tmp: nobody may replace another's entries
+    assert accounts.changeable_by_others([sticky], []) == []
+
+
 def test_add_user_and_reset_password(
     workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -156,6 +156,15 @@ def write_argv(bundle_dir: Path, script: str, args: list[str]) -> None:
     atomic_write_json(bundle_dir / ARGV_FILE, [script, *args])
 
 
+def script_name(bundle_dir: Path) -> str | None:
+    """The script a job runs, as its command line names it (None: a cell's bundle)."""
+    try:
+        argv = json.loads((bundle_dir / ARGV_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return str(argv[0]) if isinstance(argv, list) and argv else None
+
+
 def set_argv(bundle_dir: Path) -> str | None:
     """Set ``sys.argv`` for a script from its bundle; returns the script's name (or None
     where the bundle is a cell's)."""

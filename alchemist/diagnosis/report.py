@@ -81,9 +81,20 @@ def _where(frame: stacks.Frame | None) -> str:
     return f"`{frame.function}` ({kind} line {frame.line})"
 
 
+def _is_jobs_code(job_dir: JobDir, file: str) -> bool:
+    """Whether ``file`` is the job's cell or script as its ranks compiled it (``<cell>``,
+    or the script's path: ``alchemist.runtime.worker.user_code_file``)."""
+    if file in ("<cell>", "<script>"):
+        return True
+    from alchemist.bundle.store import script_name
+
+    script = script_name(job_dir.bundle)
+    return script is not None and Path(file).name == Path(script).name
+
+
 def _source_line(job_dir: JobDir, frame: stacks.Frame | None) -> str | None:
     """The text of a cell's or script's line, from the job's bundle."""
-    if frame is None or frame.file not in ("<cell>", "<script>"):
+    if frame is None or not _is_jobs_code(job_dir, frame.file):
         return None
     try:
         lines = (job_dir.bundle / "source.py").read_text(errors="replace").splitlines()

@@ -8,6 +8,7 @@ then pickles the values named with ``--outputs``.
 
 from __future__ import annotations
 
+import linecache
 import os
 import socket
 import sys
@@ -157,10 +158,25 @@ def _save_outputs(job_dir: JobDir, names: list[str], ns: dict[str, Any]) -> None
     atomic_write_bytes(job_dir.outputs, blob)
 
 
-def _user_traceback(exc: BaseException) -> str:
-    """The traceback from the cell's frames on (our own frames are noise to the user)."""
+#: The file name a cell's code runs under (IPython's own names are the kernel's).
+CELL_FILE = "<cell>"
+
+
+def user_code_file(source: str, script: str | None, entry: str) -> str:
+    """The file name the user's code is compiled under, its source registered with
+    :mod:`linecache`: a script's own path (as under torchrun), else :data:`CELL_FILE`.
+    Tracebacks and warnings then name it and show the line, as in the kernel."""
+    name = os.path.abspath(script) if script is not None and entry != "cell" else CELL_FILE
+    # mtime None: linecache.checkcache keeps the entry (the source is what ran, even
+    # if the file on disk changes meanwhile).
+    linecache.cache[name] = (len(source), None, source.splitlines(keepends=True), name)
+    return name
+
+
+def _user_traceback(exc: BaseException, user_file: str | None = None) -> str:
+    """The traceback from the user's frames on (our own frames are noise to the user)."""
     tb = exc.__traceback__
-    while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<"):
+    while tb is not None and tb.tb_frame.f_code.co_filename != user_file:
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
 
@@ -210,6 +226,7 @@ def main(argv: list[str]) -> int:
     from alchemist.metrics import reporter as reporter_mod
 
     sampler = None
+    user_file: str | None = None
     try:
         _init_process_group(spec.get("algorithm", "sync"))
         from alchemist.runtime.context import context
@@ -235,7 +252,8 @@ def main(argv: list[str]) -> int:
         script = set_argv(job_dir.bundle)
         if script is not None:
             ns.setdefault("__file__", os.path.abspath(script))
-        code = compile(source, "<cell>" if manifest["entry"] == "cell" else "<script>", "exec")
+        user_file = user_code_file(source, script, manifest["entry"])
+        code = compile(source, user_file, "exec")
         exec(code, ns)
         # Close what the algorithms keep open (a last BMUF block, the async/EASGD
         # servers) so that rank 0's outputs are the final parameters.
@@ -255,7 +273,7 @@ def main(argv: list[str]) -> int:
         print(f"[alchemist] error: {e}", file=sys.stderr, flush=True)
         status = _EXIT_USER_ERROR
     except BaseException as e:
-        sys.stderr.write(_user_traceback(e))
+        sys.stderr.write(_user_traceback(e, user_file))
         status = _EXIT_USER_ERROR
         recorder.dump_on_failure(job_dir, rank, e)  # a collective timed out: its recorder
     finally:

@@ -16,6 +16,7 @@ import asyncio
 import json
 import re
 import sys
+from argparse import ArgumentTypeError
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -59,6 +60,17 @@ def _parse(magic: Any, line: str) -> Any:
         raise UsageError(f"%{name}: cannot read the line ({e}): check its quotes") from None
 
 
+def _positive_int(raw: str) -> int:
+    """An argparse type: a whole number of 1 or more."""
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ArgumentTypeError(f"expected a whole number, got {raw!r}") from None
+    if value < 1:
+        raise ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
 @magics_class
 class AlchemistMagics(Magics):
     """The Alchemist magics."""
@@ -68,7 +80,10 @@ class AlchemistMagics(Magics):
     @argument("--detach", action="store_true", help="return at once with a job handle")
     @argument("--dry-run", action="store_true", help="print what would run; submit nothing")
     @argument(
-        "--max-output-lines", type=int, default=DEFAULT_MAX_LINES, help="lines shown in the cell"
+        "--max-output-lines",
+        type=_positive_int,
+        default=DEFAULT_MAX_LINES,
+        help="lines shown in the cell (1 or more)",
     )
     @argument("--no-widget", action="store_true", help="plain text output instead of the monitor")
     @cell_magic

@@ -258,9 +258,14 @@ class JobSpec:
 
         # An unknown algorithm or option; the ranks apply the same check.
         check(self.algorithm, self.algorithm_options)
-        for key in self.env:
-            if not _ENV_KEY_RE.match(key):
+        for key, env_value in self.env.items():
+            if not isinstance(key, str) or not _ENV_KEY_RE.match(key):
                 raise SpecError(f"environment variable name {key!r} is not valid")
+            if not isinstance(env_value, str) or "\0" in env_value:
+                raise SpecError(
+                    f"environment variable {key} must be text without NUL characters"
+                    " (no process environment can hold one)"
+                )
             if key in RUNTIME_ENV or key.startswith(RUNTIME_ENV_PREFIXES):
                 raise SpecError(
                     f"environment variable {key} is set by Alchemist for every rank and"

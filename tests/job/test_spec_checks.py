@@ -100,3 +100,17 @@ def test_numbers_at_their_limits_pass() -> None:
     assert (dry.spec.timeout, dry.spec.workers, dry.spec.max_restarts) == (1, 1, 10_000)
     dry = client.submit("pass", namespace={}, dry_run=True, timeout=366 * 24 * 3600.0)
     assert dry.spec.timeout == 31622400.0
+
+
+def test_an_env_value_no_process_can_hold_is_refused_at_submit(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A NUL byte in an ``--env`` value was accepted and then failed the job at start."""
+    with pytest.raises(SpecError, match="environment variable TOKEN must be text without NUL"):
+        client.make_spec(env={"TOKEN": "abc\0def"})
+    script = tmp_path / "train.py"
+    script.write_text("x = 1\n")
+    assert cli.main(["submit", str(script), "--env", "TOKEN=abc\0def", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "TOKEN must be text without NUL" in err and err.count("\n") == 1
+    assert client.jobs() == []

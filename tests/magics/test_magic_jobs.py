@@ -315,3 +315,12 @@ def test_cli_output_into_a_closed_pipe_is_not_a_traceback(tmp_path: Any) -> None
         os.close(write)
     assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
     assert done.returncode == 141
+
+
+def test_the_cells_output_lines_must_be_one_or_more(ip: Any) -> None:
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError, match="must be 1 or more, got -1"):
+        ip.run_cell_magic("alchemist_distributed", "-n 1 --max-output-lines -1", "x = 1")
+    with pytest.raises(UsageError, match="expected a whole number, got 'many'"):
+        ip.run_cell_magic("alchemist_distributed", "-n 1 --max-output-lines many", "x = 1")

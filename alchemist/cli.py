@@ -122,7 +122,18 @@ def _split_script_args(argv: list[str]) -> tuple[list[str], list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     ours, script_args = _split_script_args(list(sys.argv[1:] if argv is None else argv))
-    args = _parser().parse_args(ours)
+    parser = _parser()
+    args, unknown = parser.parse_known_args(ours)
+    if unknown and args.command == "submit":
+        # `alchemist submit train.py --lr 0.1`: the script's own arguments, without `--`
+        parser.exit(
+            2,
+            f"alchemist submit: error: unrecognized arguments: {' '.join(unknown)}; a"
+            " script's own arguments go after --, as with torchrun:"
+            f" alchemist submit {args.file} [OPTIONS] -- {' '.join(unknown)}\n",
+        )
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.script_args = script_args
     try:
         code = _run(args)

@@ -114,3 +114,20 @@ def test_an_env_value_no_process_can_hold_is_refused_at_submit(
     err = capsys.readouterr().err
     assert "TOKEN must be text without NUL" in err and err.count("\n") == 1
     assert client.jobs() == []
+
+
+def test_script_arguments_without_the_separator_get_the_command_that_works(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("import sys\nprint(sys.argv)\n")
+    with pytest.raises(SystemExit) as e:
+        cli.main(["submit", str(script), "-n", "1", "--lr", "0.1", "--dry-run"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "usage:" not in err
+    hint = f"alchemist submit {script} [OPTIONS] -- --lr 0.1"
+    assert err.endswith(hint + "\n"), err
+    # The advice, followed, works: the script gets its arguments.
+    assert cli.main(["submit", str(script), "-n", "1", "--", "--lr", "0.1"]) == 0
+    assert "['train.py', '--lr', '0.1']" in capsys.readouterr().out

@@ -12,6 +12,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from alchemist import client
 from alchemist.console import LogFollower, format_jobs_table, status_line
@@ -108,6 +109,12 @@ def _parser() -> argparse.ArgumentParser:
         "--cursor",
         action="store_true",
         help="print the cursor to continue from on stderr, after the events",
+    )
+    m.add_argument(
+        "--system",
+        action="store_true",
+        help="the system metrics each rank recorded (CPU, memory, GPU) instead of what the"
+        " code logged with alchemist.log",
     )
     return p
 
@@ -249,12 +256,26 @@ def _run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             pass
     elif args.command == "metrics":
-        events, cursor = job.metrics_chunk(since=args.since)
+        events, cursor = job.metrics_chunk(since=args.since, system=args.system)
         for event in events:
             print(json.dumps(event))
+        if not events and args.since is None:
+            print(_no_metrics(job, args.system), file=sys.stderr)
         if args.cursor:
             print(f"cursor: {cursor}", file=sys.stderr)
     return 0
+
+
+def _no_metrics(job: Any, system: bool) -> str:
+    """One line on why ``alchemist metrics`` printed nothing, and what to do."""
+    if system:
+        return f"alchemist: job {job.id} has no system metrics (yet)"
+    if job.metrics_chunk(system=True, max_bytes=1)[0]:
+        return (
+            f"alchemist: job {job.id} logged no metrics (its code calls no alchemist.log);"
+            f" its system metrics (CPU, memory, GPU): alchemist metrics {job.id} --system"
+        )
+    return f"alchemist: job {job.id} has logged no metrics yet"
 
 
 def _pool(args: argparse.Namespace) -> int:

@@ -201,17 +201,21 @@ class Job:
                 cursor = chunk.cursor
         return "\n".join(out) + ("\n" if out else "")
 
-    def metrics(self, since: str | int | None = None) -> list[dict[str, Any]]:
+    def metrics(
+        self, since: str | int | None = None, *, system: bool = False
+    ) -> list[dict[str, Any]]:
         """Every metric event (``{job_id, rank, step, time, values}``) of every rank after
-        cursor ``since`` (None: all), rank after rank, each rank's in the order logged.
+        cursor ``since`` (None: all), rank after rank, each rank's in the order logged;
+        with ``system``, the system metrics each rank's sampler recorded (CPU, memory,
+        GPU) instead of what the code logged.
 
         Raises:
             CursorError: ``since`` is not a cursor a read returned.
         """
-        return self.metrics_chunk(since)[0]
+        return self.metrics_chunk(since, system=system)[0]
 
     def metrics_chunk(
-        self, since: str | int | None = None, max_bytes: int | None = None
+        self, since: str | int | None = None, max_bytes: int | None = None, *, system: bool = False
     ) -> tuple[list[dict[str, Any]], str]:
         """Metric events after cursor ``since`` (about ``max_bytes`` at most) and the
         cursor to read from next, for callers that page through a long history.
@@ -224,7 +228,7 @@ class Job:
         """
         from alchemist.metrics.reader import MetricsReader
 
-        events, cursor = MetricsReader(self.job_dir).read(since, max_bytes)
+        events, cursor = MetricsReader(self.job_dir, system=system).read(since, max_bytes)
         return list(events), cursor
 
     def metrics_frame(self) -> Any:

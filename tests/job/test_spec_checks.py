@@ -131,3 +131,35 @@ def test_script_arguments_without_the_separator_get_the_command_that_works(
     # The advice, followed, works: the script gets its arguments.
     assert cli.main(["submit", str(script), "-n", "1", "--", "--lr", "0.1"]) == 0
     assert "['train.py', '--lr', '0.1']" in capsys.readouterr().out
+
+
+def test_metrics_of_a_job_that_logs_none_say_why_and_where_the_system_metrics_are(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``alchemist metrics`` of a script that never calls ``alchemist.log`` printed
+    nothing and exited 0; now one line says why, and ``--system`` shows what was
+    recorded of it (the advice, followed)."""
+    from alchemist.job.spec import JobState
+
+    wait_for_a_sample = (  # the rank's sampler writes its first within a second or so
+        "import os, pathlib, time\n"
+        "f = pathlib.Path(os.environ['ALCHEMIST_JOB_DIR'], 'metrics', 'system-rank-0.jsonl')\n"
+        "deadline = time.time() + 60\n"
+        "while not (f.exists() and f.stat().st_size) and time.time() < deadline:\n"
+        "    time.sleep(0.05)\n"
+    )
+    job = client.submit(wait_for_a_sample, namespace={}, workers=1)
+    assert job.wait(timeout=120).state == JobState.SUCCEEDED
+    capsys.readouterr()
+    assert cli.main(["metrics", job.id]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and err == (
+        f"alchemist: job {job.id} logged no metrics (its code calls no alchemist.log);"
+        f" its system metrics (CPU, memory, GPU): alchemist metrics {job.id} --system\n"
+    )
+    assert cli.main(["metrics", job.id, "--system"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    import json
+
+    first = json.loads(lines[0])
+    assert first["rank"] == 0 and "cpu_percent" in first["values"], first

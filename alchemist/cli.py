@@ -197,6 +197,13 @@ def _run(args: argparse.Namespace) -> int:
         for warning in job.warnings:
             print(f"alchemist: warning: {warning}", file=sys.stderr)
         print(f"job {job.id} ({job.name}) submitted", file=sys.stderr)
+        folder = args.file.resolve().parent
+        if folder != Path.cwd().resolve():  # unlike torchrun, which stays where it is
+            print(
+                f"alchemist: it runs in {folder}, the script's folder: its relative paths"
+                " are read from there",
+                file=sys.stderr,
+            )
         if args.detach:
             print(job.id)
             return 0

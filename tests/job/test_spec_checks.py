@@ -163,3 +163,23 @@ def test_metrics_of_a_job_that_logs_none_say_why_and_where_the_system_metrics_ar
 
     first = json.loads(lines[0])
     assert first["rank"] == 0 and "cpu_percent" in first["values"], first
+
+
+def test_submit_says_the_folder_a_script_runs_in_when_it_is_not_the_callers(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    (project / "train.py").write_text("import os\nprint('cwd', os.getcwd())\n")
+    monkeypatch.chdir(elsewhere)
+    assert cli.main(["submit", "../project/train.py", "-n", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert (
+        f"alchemist: it runs in {project}, the script's folder: its relative paths are read"
+        " from there"
+    ) in err
+    assert f"cwd {project}" in out  # what it said is where it ran
+    monkeypatch.chdir(project)
+    assert cli.main(["submit", "train.py", "-n", "1", "--detach"]) == 0
+    assert "it runs in" not in capsys.readouterr().err  # nothing to say where it is

@@ -173,6 +173,30 @@ def user_code_file(source: str, script: str | None, entry: str) -> str:
     return name
 
 
+#: What torch says when code asks for CUDA where there is none (a CPU build, no driver,
+#: no device given to the process).
+_NO_CUDA = (
+    "_cuda_setDevice",
+    "_cuda_getDeviceCount",
+    "Torch not compiled with CUDA enabled",
+    "No CUDA GPUs are available",
+    "Found no NVIDIA driver",
+    "CUDA driver initialization failed",
+)
+
+
+def _no_gpu_hint(exc: BaseException, spec: dict[str, Any]) -> str | None:
+    """One line for a job without GPUs whose code failed asking for one."""
+    gpus = int((spec.get("resources") or {}).get("gpus") or 0)
+    if gpus or not any(mark in str(exc) for mark in _NO_CUDA):
+        return None
+    return (
+        "[alchemist] this job has no GPU: submit it with --gpus-per-worker N, or"
+        " let the code run on CPU (device = alchemist.context().device picks what the"
+        " job has)"
+    )
+
+
 def _user_traceback(exc: BaseException, user_file: str | None = None) -> str:
     """The traceback from the user's frames on (our own frames are noise to the user)."""
     tb = exc.__traceback__
@@ -274,6 +298,9 @@ def main(argv: list[str]) -> int:
         status = _EXIT_USER_ERROR
     except BaseException as e:
         sys.stderr.write(_user_traceback(e, user_file))
+        hint = _no_gpu_hint(e, spec)
+        if hint:
+            print(hint, file=sys.stderr, flush=True)
         status = _EXIT_USER_ERROR
         recorder.dump_on_failure(job_dir, rank, e)  # a collective timed out: its recorder
     finally:

@@ -73,3 +73,16 @@ def test_the_diagnosis_of_a_stuck_script_shows_its_line(tmp_path: Path) -> None:
         assert "wait.py" in entry["line"], entry
     finally:
         job.cancel()
+
+
+def test_a_gpu_call_in_a_job_without_gpus_says_what_to_change() -> None:
+    cell = "import torch\ntorch.cuda.set_device(0)\n"
+    log = _log(client.submit(cell, namespace={}, workers=1))
+    hint = (
+        "[alchemist] this job has no GPU: submit it with --gpus-per-worker N, or let the"
+        " code run on CPU (device = alchemist.context().device picks what the job has)"
+    )
+    assert hint in log, log
+    assert log.index("Traceback") < log.index(hint)  # after torch's own words
+    # An error that is not about CUDA gets no such line.
+    assert "has no GPU" not in _log(client.submit("1 / 0", namespace={}, workers=1))

@@ -7,6 +7,7 @@ and (unless ``dry_run``) records the job and runs exactly that.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import shutil
@@ -151,10 +152,16 @@ class Job:
         return st
 
     def wait(self, timeout: float | None = None, poll: float = 0.2) -> JobStatus:
-        """Block until the job is terminal (or ``timeout`` seconds pass); return its status."""
+        """Block until the job is terminal (or ``timeout`` seconds pass); return its
+        status, with what each rank's code did (``ranks``: per rank its state, exit
+        status and attempt, from the ranks' own records) once it ended."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             st = self.status()
+            if st.state.is_terminal and not st.ranks:
+                from alchemist.job.outcomes import ranks_detail
+
+                st = dataclasses.replace(st, ranks=ranks_detail(self.job_dir))
             if st.state.is_terminal or (deadline is not None and time.monotonic() >= deadline):
                 return st
             time.sleep(poll)

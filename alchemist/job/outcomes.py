@@ -25,6 +25,7 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from alchemist.job.jobdir import JobDir, atomic_write_json
 
@@ -37,6 +38,21 @@ class RankOutcome:
     attempt: int
     status: int
     time: float
+
+
+def ranks_detail(job_dir: JobDir) -> dict[str, Any]:
+    """What each rank's code did, for a job's status (``JobStatus.ranks``): per rank
+    that ended, ``{"state": "finished" | "failed", "exit_status", "attempt", "ended"}``
+    (``attempt`` counts from 1, as the rank logs say it)."""
+    return {
+        str(o.rank): {
+            "state": "finished" if o.status == 0 else "failed",
+            "exit_status": o.status,
+            "attempt": o.attempt + 1,
+            "ended": o.time,
+        }
+        for o in sorted(read(job_dir).values(), key=lambda o: o.rank)
+    }
 
 
 def outcome_path(job_dir: JobDir, rank: int) -> Path:

@@ -264,6 +264,7 @@ class LocalBackend(Backend):
             restarts=restarts,
             started=st.get("started"),
             finished=st.get("finished"),
+            ranks=outcomes.ranks_detail(jd),
         )
 
     def _adopt(

@@ -289,3 +289,18 @@ def test_a_rank_stopped_after_another_rank_s_code_failed_is_not_blamed(tmp_path:
     assert outcomes.died_first(jd, 2, codes={1: 1, 0: -9}) == (
         "rank 0 was killed by signal 9 (SIGKILL) (out of memory?)"
     )
+
+
+def test_wait_says_what_each_rank_did() -> None:
+    """``job.wait()`` returned ``ranks={}``: now each rank's state, exit status and
+    attempt, from the ranks' records, every time it is asked."""
+    cell = "import torch.distributed as dist\nif dist.get_rank() == 1:\n    raise SystemExit(3)\n"
+    job = client.submit(cell, namespace={}, workers=2)
+    for _ in range(2):  # the first answer comes from the backend, the next from the index
+        status = job.wait(timeout=120)
+        assert status.state == JobState.FAILED
+        assert {r: {k: v[k] for k in ("state", "exit_status", "attempt")}
+                for r, v in status.ranks.items()} == {
+            "0": {"state": "finished", "exit_status": 0, "attempt": 1},
+            "1": {"state": "failed", "exit_status": 3, "attempt": 1},
+        }  # fmt: skip

@@ -265,8 +265,17 @@ class JobStore:
             return row.value if row else None
 
     def set_meta(self, key: str, value: str) -> None:
-        with Session(self.engine) as s, s.begin():
-            s.merge(MetaRow(key=key, value=value))
+        # merge reads, then inserts: two processes setting a new key at once (the first
+        # listings on a fresh home) both insert, and the second fails on the key. Its
+        # retry finds the row and updates it.
+        for attempt in range(2):
+            try:
+                with Session(self.engine) as s, s.begin():
+                    s.merge(MetaRow(key=key, value=value))
+                return
+            except IntegrityError:
+                if attempt:
+                    raise
 
     def update(self, job_id: str, **fields: Any) -> None:
         with Session(self.engine) as s, s.begin():

@@ -53,3 +53,31 @@ def test_processes_creating_a_fresh_store_at_once_all_record_their_job(
     assert [p.exitcode for p in procs] == [0] * 12
     ids = sorted(r.id for r in JobStore(url).list("ana"))
     assert ids == sorted(f"p{i}" for i in range(12))
+
+
+def test_two_processes_setting_a_new_index_fact_at_once_both_succeed(tmp_path: Path) -> None:
+    """The first listings on a fresh home each note a fact of the index (that an owner's
+    folders were scanned): the second of two at once failed with a raw
+    ``IntegrityError``. Here the other process's row lands between this one's read and
+    its insert, as it does in that race, every time."""
+    from sqlalchemy import event, text
+    from sqlalchemy.orm import Session
+
+    url = f"sqlite:///{tmp_path / 'jobs.sqlite'}"
+    mine, theirs = JobStore(url), JobStore(url)
+    raced = []
+
+    @event.listens_for(Session, "before_flush")
+    def the_other_process_first(session: Session, *_: object) -> None:
+        if not raced and any(isinstance(o, store.MetaRow) for o in session.new):
+            raced.append(True)
+            with theirs.engine.begin() as conn:
+                conn.execute(
+                    text("insert into index_meta (key, value) values ('scanned:ana', 'old')")
+                )
+
+    try:
+        mine.set_meta("scanned:ana", "new")
+    finally:
+        event.remove(Session, "before_flush", the_other_process_first)
+    assert raced and mine.get_meta("scanned:ana") == "new"

@@ -11,7 +11,7 @@ import subprocess
 import time
 from typing import Any
 
-from alchemist.backends.local.procs import job_processes, terminate
+from alchemist.backends.local.procs import job_processes, live_pid, terminate
 from alchemist.job import outcomes
 from alchemist.job.jobdir import JobDir
 
@@ -35,11 +35,20 @@ class TorchrunRanks:
         return cls(job_dir, proc, request)
 
     def poll(self, seconds: float) -> bool:
+        """Whether the ranks are done: torchrun exited, or every rank's code finished
+        and every rank process ended (torchrun's own teardown then takes another half
+        second or more; the job's state need not wait for it, and torchrun, which has
+        nothing left to restart, ends by itself)."""
         try:
             self.rc = self.proc.wait(timeout=seconds)
         except subprocess.TimeoutExpired:
-            return False
+            return self._work_done()
         return True
+
+    def _work_done(self) -> bool:
+        if not self.world or not outcomes.work_finished(self.job_dir, self.world):
+            return False
+        return all(live_pid(self.job_dir.rank_pid(r)) is None for r in range(self.world))
 
     def check(self) -> dict[str, Any] | None:
         self.restarting = _show_restart(self.job_dir, self.max_restarts, self.restarting)
@@ -57,6 +66,8 @@ class TorchrunRanks:
         return {"state": state, "reason": reason, "exit_code": self.rc}
 
     def result(self) -> dict[str, Any]:
+        if self.rc is None and self._work_done():
+            return {"state": "succeeded", "reason": None, "exit_code": 0}
         rc = self.proc.wait() if self.rc is None else self.rc
         if rc == 0 or outcomes.work_finished(self.job_dir, self.world):
             # Every rank's code finished: a rank that aborted in interpreter teardown

@@ -304,3 +304,30 @@ def test_wait_says_what_each_rank_did() -> None:
             "0": {"state": "finished", "exit_status": 0, "attempt": 1},
             "1": {"state": "failed", "exit_status": 3, "attempt": 1},
         }  # fmt: skip
+
+
+def test_a_jobs_end_does_not_wait_for_torchruns_own_teardown(tmp_path: Path) -> None:
+    """Every rank's code finished and every rank process ended: the job has ended,
+    though torchrun takes another half second or more to exit (a cold job read
+    ``running`` for 1-2 s after its last rank ended). Here a process that does not end
+    stands for torchrun in its teardown; real rank processes have run and ended."""
+    from alchemist.backends.local.cold import TorchrunRanks
+
+    job_dir = JobDir(tmp_path / "jcold").create()
+    for rank in range(2):
+        done = subprocess.Popen([sys.executable, "-c", "pass"])
+        done.wait()
+        job_dir.rank_pid(rank).parent.mkdir(parents=True, exist_ok=True)
+        job_dir.rank_pid(rank).write_text(str(done.pid))
+    torchrun = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        ranks = TorchrunRanks(job_dir, torchrun, {"world_size": 2, "max_restarts": 0})
+        outcomes.record(job_dir, 0, 0, 0)
+        assert not ranks.poll(0.05), "rank 1's code has not finished"
+        outcomes.record(job_dir, 1, 0, 0)
+        assert ranks.poll(0.05)
+        assert ranks.result() == {"state": "succeeded", "reason": None, "exit_code": 0}
+        assert torchrun.poll() is None  # it was not waited for, nor stopped
+    finally:
+        torchrun.kill()
+        torchrun.wait()

@@ -104,6 +104,8 @@ STATE_FIELDS: dict[str, tuple[type, ...]] = {
     "finished": (float, int, type(None)),
     "supervisor_pid": (int,),
     "backend": (str,),
+    # each restart: {"attempt": the attempt that ended (from 1), "cause": one line, "time"}
+    "restart_causes": (list,),
 }
 
 

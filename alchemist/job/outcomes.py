@@ -217,6 +217,23 @@ def died_first(
 _EXIT_RE = re.compile(r"^\[alchemist\] rank (\d+) exited with status (-?\d+)")
 
 
+def _error_line(job_dir: JobDir, rank: int) -> str | None:
+    """The last line before rank ``rank``'s last failed exit in its log (the exception,
+    ``RuntimeError: ...``), "" when there is none; None when the log shows no failure."""
+    try:
+        lines = job_dir.rank_log(rank).read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for i in range(len(lines) - 1, -1, -1):
+        m = _EXIT_RE.match(lines[i])
+        if m and m.group(2) != "0":
+            return next(
+                (ln.strip() for ln in reversed(lines[:i]) if ln.strip() and not ln.startswith(" ")),
+                "",
+            )
+    return None
+
+
 def failure_reason(job_dir: JobDir, rc: int | None) -> str:
     """One line saying why the job failed, from the log of the rank that failed first
     (by its outcome record; the others often fail next, of the lost peer)."""
@@ -224,20 +241,93 @@ def failure_reason(job_dir: JobDir, rc: int | None) -> str:
     failed_first = sorted((o.time, o.rank) for o in recorded.values() if o.status != 0)
     order = [r for _, r in failed_first]
     for rank in order + [r for r in job_dir.ranks_with_logs() if r not in order]:
-        try:
-            lines = job_dir.rank_log(rank).read_text(errors="replace").splitlines()
-        except OSError:
-            continue
-        for i in range(len(lines) - 1, -1, -1):
-            m = _EXIT_RE.match(lines[i])
-            if m and m.group(2) != "0":
-                detail = next(
-                    (
-                        ln.strip()
-                        for ln in reversed(lines[:i])
-                        if ln.strip() and not ln.startswith(" ")
-                    ),
-                    "",
-                )
-                return f"rank {rank} failed: {detail}" if detail else f"rank {rank} failed"
+        detail = _error_line(job_dir, rank)
+        if detail is not None:
+            return f"rank {rank} failed: {detail}" if detail else f"rank {rank} failed"
     return f"the launcher exited with status {rc}; see logs/launcher.log"
+
+
+#: torchrun's line for the worker whose failure ends an attempt.
+_TORCHRUN_FAILED_RE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: \d+\)")
+
+
+#: What a rank's error says when it failed only because a peer was lost (the cause is
+#: the peer: a rank that died, or whose code failed, first).
+_LOST_PEER = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "remote worker crashing",
+    "NCCL communicator was aborted",
+    "Socket Timeout",
+)
+
+
+def restart_cause(
+    job_dir: JobDir,
+    attempt: int,
+    world_size: int,
+    launcher_log: str = "",
+    codes: dict[int, int] | None = None,
+) -> str:
+    """One line saying why attempt ``attempt`` (from 0) ended before the job's work.
+
+    In order: a rank whose code failed with its own error (not a lost peer's); a rank
+    that died before its code finished, and how (its exit code from ``codes``, rank →
+    code as a launcher saw them, or torchrun's last ``failed (exitcode: ...)`` line in
+    ``launcher_log``); a rank whose code failed of a lost peer.
+    """
+    recorded = {o.rank: o for o in read(job_dir).values() if o.attempt == attempt}
+    failed = sorted((o.time, o.rank) for o in recorded.values() if o.status)
+    errors = {rank: _error_line(job_dir, rank) or "" for _, rank in failed}
+    own = [r for _, r in failed if not any(mark in errors[r] for mark in _LOST_PEER)]
+    if own:
+        return f"rank {own[0]}'s code failed" + (f": {errors[own[0]]}" if errors[own[0]] else "")
+    if codes is None:
+        found = _TORCHRUN_FAILED_RE.findall(launcher_log)
+        codes = {int(found[-1][1]): int(found[-1][0])} if found else {}
+    died = [r for r in range(world_size) if r not in recorded]
+    known = [r for r in died if codes.get(r) and codes[r] != -signal.SIGTERM]
+    if known:
+        return f"rank {known[0]} {how_ended(codes[known[0]])}"
+    if died:
+        return f"rank {died[0]} died before its code finished"
+    if failed:
+        rank = failed[0][1]
+        return f"rank {rank}'s code failed: {errors[rank]}"
+    return "a rank ended before its code finished"
+
+
+def note_restart(job_dir: JobDir, attempt: int, cause: str, max_restarts: int) -> str:
+    """Keep why attempt ``attempt`` (from 0) ended in ``state.json`` (``restart_causes``),
+    and say it in rank 0's log, where the follower and the monitor show it; returns the
+    line said."""
+    state = job_dir.read_state() or {}
+    causes = [c for c in state.get("restart_causes") or [] if c.get("attempt") != attempt + 1]
+    causes.append({"attempt": attempt + 1, "cause": cause, "time": time.time()})
+    line = (
+        f"[alchemist] attempt {attempt + 1} ended: {cause}; restarting the workers"
+        f" (restart {attempt + 1} of {max_restarts})"
+    )
+    job_dir.write_state(
+        restart_causes=causes, reason=f"restarted after attempt {attempt + 1}: {cause}"
+    )
+    try:
+        fd = os.open(job_dir.rank_log(0), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, (line + "\n").encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+    return line
+
+
+def restarts_summary(job_dir: JobDir) -> str | None:
+    """One line on the job's restarts for a job that ended well (None: there were none)."""
+    causes = (job_dir.read_state() or {}).get("restart_causes") or []
+    if not causes:
+        return None
+    last = causes[-1]
+    times = f" {len(causes)} times, last" if len(causes) > 1 else ""
+    return f"restarted{times} after attempt {last['attempt']}: {last['cause']}"

@@ -25,6 +25,7 @@ class TorchrunRanks:
         self.world = int(request.get("world_size") or 0)
         self.max_restarts = int(request.get("max_restarts") or 0)
         self.restarting: int | None = None  # the attempt whose failure shows as restarting
+        self.seen_attempt = 0  # attempts before this one have their restart noted
         self.rc: int | None = None
 
     @classmethod
@@ -52,6 +53,15 @@ class TorchrunRanks:
 
     def check(self) -> dict[str, Any] | None:
         self.restarting = _show_restart(self.job_dir, self.max_restarts, self.restarting)
+        attempt = outcomes.latest_attempt(self.job_dir, outcomes.read(self.job_dir))
+        while self.seen_attempt < attempt:  # torchrun restarted: say why, and keep it
+            try:
+                log = self.job_dir.launcher_log.read_text(errors="replace")
+            except OSError:
+                log = ""
+            cause = outcomes.restart_cause(self.job_dir, self.seen_attempt, self.world, log)
+            print(outcomes.note_restart(self.job_dir, self.seen_attempt, cause, self.max_restarts))
+            self.seen_attempt += 1
         return None
 
     def stop(self, grace: float) -> None:
@@ -106,7 +116,7 @@ def _show_restart(job_dir: JobDir, max_restarts: int, shown: int | None) -> int 
     recorded = outcomes.read(job_dir)
     attempt = outcomes.latest_attempt(job_dir, recorded)
     if shown is not None and attempt > shown:
-        job_dir.write_state(state="running", reason=None)
+        job_dir.write_state(state="running")  # the reason: the restart's cause (check)
         return None
     failed = any(o.attempt == attempt and o.status != 0 for o in recorded.values())
     if shown is None and failed and attempt < max_restarts:

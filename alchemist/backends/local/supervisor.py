@@ -155,6 +155,8 @@ def main(argv: list[str]) -> int:
         # says it ended: whoever sees the end may submit the next job at once.
         if queue is not None:
             queue.release(job_dir.job_id)
+        if final.get("state") == "succeeded" and not final.get("reason"):
+            final["reason"] = outcomes.restarts_summary(job_dir)  # what it came through
         job_dir.write_state(finished=time.time(), **final)
     return 0
 

@@ -252,13 +252,13 @@ class WarmRanks:
             self.current.stop(STOP_GRACE_S)  # as torchrun: the others are stopped
             return self.result()
         # As torchrun: one rank failed, so the whole group stops and starts again.
-        self.current.stop(STOP_GRACE_S)
-        self.current.close()
-        self.job_dir.write_state(
-            state="restarting",
-            reason=f"attempt {self.attempt + 1} failed; restarting the workers"
-            f" ({self.attempt + 1} of {self.max_restarts} restarts)",
-        )
+        current = self.current
+        known = {r: current.codes[r] for r in current.failed() if r not in current.unknown}
+        current.stop(STOP_GRACE_S)
+        current.close()
+        cause = outcomes.restart_cause(self.job_dir, self.attempt, self.world, codes=known)
+        print(outcomes.note_restart(self.job_dir, self.attempt, cause, self.max_restarts))
+        self.job_dir.write_state(state="restarting")
         self.attempt += 1
         nxt = _launch(self.job_dir, self.request, self.env, self.attempt)
         if nxt is None:
@@ -266,7 +266,7 @@ class WarmRanks:
                 "failed", "the warm pool could not start the next attempt (see the launcher log)"
             )
         self.current = nxt
-        self.job_dir.write_state(state="running", reason=None)
+        self.job_dir.write_state(state="running")  # the reason: the restart's cause
         return None
 
     def stop(self, grace: float) -> None:

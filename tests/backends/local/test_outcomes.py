@@ -331,3 +331,44 @@ def test_a_jobs_end_does_not_wait_for_torchruns_own_teardown(tmp_path: Path) -> 
     finally:
         torchrun.kill()
         torchrun.wait()
+
+
+RESTARTED = """
+import os, signal, torch.distributed as dist
+first = os.environ["TORCHELASTIC_RESTART_COUNT"] == "0"
+if first and dist.get_rank() == 1:
+    {fault}
+dist.barrier()
+"""
+
+
+@pytest.mark.parametrize("start", ["cold", "warm"])
+@pytest.mark.parametrize(
+    ("fault", "cause"),
+    [
+        ("os.kill(os.getpid(), signal.SIGKILL)", "rank 1 was killed by signal 9 (SIGKILL)"),
+        ("raise RuntimeError('bad batch 17')", "rank 1's code failed: RuntimeError: bad batch 17"),
+    ],
+)
+def test_a_restarts_cause_is_said_and_kept(start: str, fault: str, cause: str) -> None:
+    """Rank 1 dies (or its code fails) in the first attempt; the job restarts and
+    succeeds. The cause is said where the user follows the job (rank 0's log, which the
+    follower and the monitor show) and kept in the job's record (its reason, and
+    ``restart_causes`` in its state), cold and warm alike. Before, the user saw the
+    surviving rank's gloo error and ``restarts: 1, reason: null``."""
+    job = client.submit(
+        RESTARTED.format(fault=fault), namespace={}, workers=2, max_restarts=1,
+        no_warm=start == "cold",
+    )  # fmt: skip
+    status = job.wait(timeout=180)
+    assert status.state == JobState.SUCCEEDED, status
+    assert status.restarts == 1
+    assert status.reason is not None and status.reason.startswith(
+        f"restarted after attempt 1: {cause}"
+    ), status.reason
+    said = f"[alchemist] attempt 1 ended: {cause}"
+    assert said in job.job_dir.rank_log(0).read_text()
+    (kept,) = (job.job_dir.read_state() or {})["restart_causes"]
+    assert kept["attempt"] == 1 and kept["cause"].startswith(cause)
+    if start == "warm":  # not vacuous: the ranks were the pool's
+        assert "warm start" in job.job_dir.launcher_log.read_text()

@@ -29,6 +29,7 @@ Diagnosis reads and signals; it never changes a job's state.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Callable
@@ -509,6 +510,7 @@ def classify(
         return "running", (
             f"the job is running: {format_ranks(advanced)} advanced during the diagnosis"
         )
+    acts = _backward_waits(acts, recorders or {})
     waiting = {r: a for r, a in acts.items() if a.collective}
     joining = [r for r, a in acts.items() if a.rendezvous]
     serving = {r: a for r, a in acts.items() if a.server_wait}
@@ -544,9 +546,18 @@ def classify(
                 )
             else:
                 lagging.append(f"rank {r} has not reached {op}; it is in {_doing(a)}")
-        if unanswered:
+        stopped = [r for r in unanswered if collect.is_stopped(liveness[r].pid)]
+        if stopped:  # it cannot answer: its process state says why it is missing
+            lagging.insert(
+                0,
+                f"{format_ranks(stopped)} {'is' if len(stopped) == 1 else 'are'} stopped"
+                f" (SIGSTOP, or a debugger; SIGCONT resumes it) and"
+                f" {'has' if len(stopped) == 1 else 'have'} not reached {op}",
+            )
+        rest = [r for r in unanswered if r not in stopped]
+        if rest:
             lagging.append(
-                f"{format_ranks(unanswered)} {'has' if len(unanswered) == 1 else 'have'}"
+                f"{format_ranks(rest)} {'has' if len(rest) == 1 else 'have'}"
                 f" not reached {op} (gave no stacks)"
             )
         if finished:
@@ -578,6 +589,13 @@ def classify(
             f"every rank that answered waits in {op} from {where}: no rank is missing;"
             " if this lasts, suspect the transport (network, NCCL, GPU)"
         )
+    stopped = [r for r in unanswered if collect.is_stopped(liveness[r].pid)]
+    if stopped and not waiting:
+        each = "; ".join(f"rank {r} in {_doing(a)}" for r, a in sorted(busy.items()))
+        return "missing_rank", (
+            f"{format_ranks(stopped)} {'is' if len(stopped) == 1 else 'are'} stopped"
+            " (SIGSTOP, or a debugger; SIGCONT resumes it)" + (f"; {each}" if each else "")
+        )
     if busy and not waiting and stall is not None and stall.stalled:
         each = "; ".join(f"rank {r} in {_doing(a)}" for r, a in sorted(busy.items()))
         return "user_deadlock", (
@@ -591,6 +609,34 @@ def classify(
         for r, a in sorted({**busy, **serving}.items())
     )
     return "running", f"the job is running; no rank waits in a collective: {each}"
+
+
+#: Where a rank waits for DDP's gradient all-reduce: the autograd engine runs it, so
+#: no ``torch.distributed`` frame is on the main thread's stack.
+_BACKWARD = {("graph.py", "_engine_run_backward"), ("__init__.py", "backward")}
+
+
+def _backward_waits(
+    acts: dict[int, stacks.Activity], recorders: dict[int, dict[str, Any] | None]
+) -> dict[int, stacks.Activity]:
+    """``acts`` with a rank in autograd's ``backward`` whose flight recorder's newest
+    collective has not completed counted as waiting in it (DDP's gradient all-reduce,
+    which runs in the autograd engine: its Python stack shows only ``backward``)."""
+    out = dict(acts)
+    for rank, act in acts.items():
+        snap = recorders.get(rank)
+        if act.collective or not snap or snap.get("state") == "completed" or not snap.get("op"):
+            continue
+        top = act.top
+        if top is None or (Path(top.file).name, top.function) not in _BACKWARD:
+            continue
+        if "/torch/autograd/" in top.file.replace("\\", "/"):
+            out[rank] = dataclasses.replace(
+                act,
+                collective=str(snap["op"]),
+                alchemist_wait="the gradient all-reduce of backward (DDP)",
+            )
+    return out
 
 
 def _server_headline(

@@ -250,3 +250,40 @@ def test_a_rank_that_never_joins_is_waited_for_by_name(
     assert rank0["line"].endswith("in init_process_group")
     assert rank1["liveness"] == "not started" and not rank1["answered"]
     assert job.status().state == JobState.RUNNING
+
+
+DDP_STOPPED = """
+import os, signal, torch, torch.distributed as dist, alchemist
+from torch.nn.parallel import DistributedDataParallel as DDP
+rank = dist.get_rank()
+torch.manual_seed(0)
+model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(100000):
+    loss = model(torch.randn(16, 32)).pow(2).mean()
+    if rank == 1 and step == 20:
+        print("rank 1 stops", flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    alchemist.log(step, loss=loss.item())
+"""
+
+
+def test_a_rank_stopped_inside_ddp_training_is_the_one_named(
+    submit: Callable[..., client.Job],
+) -> None:
+    """Rank 1 is stopped (SIGSTOP) between its forward and backward pass; rank 0 waits in
+    DDP's gradient all-reduce, which runs in autograd's engine (its Python stack shows
+    only ``backward``). The headline names the stopped rank, and rank 0's wait, not a
+    user deadlock of the healthy rank."""
+    job = submit(DDP_STOPPED)
+    wait_for(lambda: logged(job, 1, "rank 1 stops"), 120, "rank 1 to stop itself")
+    found = diagnose_until(job, "missing_rank", timeout=30)
+    headline = found["headline"]
+    assert headline.startswith(
+        "rank 1 is stopped (SIGSTOP, or a debugger; SIGCONT resumes it) and has not reached"
+    ), headline
+    assert "rank 0 waits in " in headline and "the gradient all-reduce of backward" in headline
+    assert "user" not in found["classification"]

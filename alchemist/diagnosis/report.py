@@ -546,7 +546,7 @@ def classify(
                 )
             else:
                 lagging.append(f"rank {r} has not reached {op}; it is in {_doing(a)}")
-        stopped = [r for r in unanswered if collect.is_stopped(liveness[r].pid)]
+        stopped = [r for r in unanswered if r in liveness and collect.is_stopped(liveness[r].pid)]
         if stopped:  # it cannot answer: its process state says why it is missing
             lagging.insert(
                 0,
@@ -589,7 +589,7 @@ def classify(
             f"every rank that answered waits in {op} from {where}: no rank is missing;"
             " if this lasts, suspect the transport (network, NCCL, GPU)"
         )
-    stopped = [r for r in unanswered if collect.is_stopped(liveness[r].pid)]
+    stopped = [r for r in unanswered if r in liveness and collect.is_stopped(liveness[r].pid)]
     if stopped and not waiting:
         each = "; ".join(f"rank {r} in {_doing(a)}" for r, a in sorted(busy.items()))
         return "missing_rank", (

@@ -31,8 +31,8 @@ def test_partial_reports_name_the_rank_still_awaited_and_the_final_one_says_it_w
         if final["classification"] == "missing_rank":
             break
     assert final["headline"] == (
-        "rank 1 has not reached all_reduce (gave no stacks); rank 0 waits in all_reduce"
-        f" from the cell (line {reduce_line})"
+        "rank 1 is stopped (SIGSTOP, or a debugger; SIGCONT resumes it) and has not reached"
+        f" all_reduce; rank 0 waits in all_reduce from the cell (line {reduce_line})"
     ), final["headline"]
 
     # First the ranks are asked, then rank 0 answers while rank 1 is awaited.

@@ -56,7 +56,7 @@ async def test_a_missing_rank_over_rest_and_the_job_goes_on(
             assert code == 200, found
             await asyncio.sleep(0.2)
         assert str(found["headline"]).startswith(
-            "rank 1 has not reached all_reduce; it is in `load_batch` (script line 4)"
+            "rank 1 has not reached all_reduce; it is in `load_batch` (hang.py line 4)"
         )
         # The debug bundle: a .tar.gz attachment with the report and the ranks' stacks.
         response = await jp_fetch(
@@ -138,7 +138,7 @@ async def test_partial_reports_while_a_rank_is_awaited_then_the_report(
         assert shown["headline"] == "rank 0 answered; waiting for rank 1 (up to 3 s)"
         assert shown["collecting"] and shown["classification"] == "collecting"
         assert shown["ranks"][0]["answered"] and not shown["ranks"][1]["answered"]
-        assert "in all_reduce from the script" in shown["ranks"][0]["line"]
+        assert "in all_reduce from stop.py line " in shown["ranks"][0]["line"]
         assert all(p["job_id"] == job["id"] and p["collecting"] for p in seen)
         assert await partial_report(jp_fetch, job["id"]) == (204, None)  # done: none again
     finally:

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from alchemist.backends.api import Backend, DryRunInfo, JobRequest, format_command
@@ -72,16 +73,45 @@ def _loopback_interface() -> str | None:
     return None
 
 
+#: One folder per NVIDIA GPU the driver sees (also in containers given GPUs).
+NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
+
+
 def _gpu_inventory() -> int:
+    """The GPUs jobs may use, as ``torch.cuda.device_count()`` would say, without
+    importing torch where it is not loaded yet (about a second: most of a warm job's
+    time to first step from a terminal): the NVIDIA driver's list, narrowed by
+    ``CUDA_VISIBLE_DEVICES`` as CUDA narrows it (up to the first invalid index)."""
     fake = _env_count(GPUS_VAR)
     if fake is not None:
         return fake
-    try:
-        import torch
+    if "torch" in sys.modules or (not NVIDIA_GPUS.is_dir() and _other_gpu_devices()):
+        try:
+            import torch
 
-        return int(torch.cuda.device_count())
-    except Exception:  # pragma: no cover - torch is a dependency
+            return int(torch.cuda.device_count())
+        except Exception:  # pragma: no cover - torch is a dependency
+            return 0
+    try:
+        found = sum(1 for _ in NVIDIA_GPUS.iterdir())
+    except OSError:
         return 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return found
+    usable = 0
+    for entry in visible.split(","):
+        entry = entry.strip()
+        if not entry or entry.startswith("-"):
+            break  # CUDA ignores what follows an invalid index
+        usable += 1
+    return min(usable, found)
+
+
+def _other_gpu_devices() -> bool:
+    """A GPU that is not NVIDIA's, or one whose driver keeps no list in /proc (ROCm's
+    /dev/kfd, /dev/nvidia0 without /proc/driver/nvidia): ask torch."""
+    return Path("/dev/kfd").exists() or Path("/dev/nvidia0").exists()
 
 
 class LocalBackend(Backend):

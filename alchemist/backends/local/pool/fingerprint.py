@@ -33,8 +33,11 @@ IMPORT_TIME_VARS = frozenset(
     }
 )
 #: Set by Alchemist for every rank (alchemist.backends.launch.worker_env), the same warm
-#: or cold: not the user's setting.
-_OURS = frozenset({"OMP_NUM_THREADS"})
+#: or cold: not the user's setting; and variables of those prefixes that are read when
+#: called, not when imported: ``PYTORCH_NVML_BASED_CUDA_CHECK`` (read by each
+#: ``torch.cuda.is_available()``; Lightning sets it when the kernel imports it, and every
+#: switch between the notebook and a terminal rebuilt the pool).
+_OURS = frozenset({"OMP_NUM_THREADS", "PYTORCH_NVML_BASED_CUDA_CHECK"})
 
 
 def import_time_vars(env: Mapping[str, str]) -> list[str]:

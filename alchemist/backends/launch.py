@@ -28,18 +28,30 @@ LOOPBACK = "127.0.0.1"
 TORCHRUN = "torch.distributed.run"
 
 
-def worker_env(job_id: str, job_dir: JobDir, spec: JobSpec) -> dict[str, str]:
+def rank_threads(cpus_per_worker: float | None, spec: JobSpec) -> int:
+    """CPU threads each rank's torch and OpenMP use (``OMP_NUM_THREADS``): its worker's
+    CPUs shared by the worker's ranks, at least one. Unknown CPUs: one (torchrun's pick
+    for several ranks). A 1-rank job of an 8-core pod no longer runs on one core."""
+    if not cpus_per_worker or cpus_per_worker <= 0:
+        return 1
+    return max(1, int(cpus_per_worker // spec.procs_per_worker))
+
+
+def worker_env(
+    job_id: str, job_dir: JobDir, spec: JobSpec, cpus_per_worker: float | None = None
+) -> dict[str, str]:
     """Variables the runtime reads to find its job; the user's ``env`` wins on conflicts.
 
-    With ``spec.debug``, ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` too (ranks calling different
+    ``OMP_NUM_THREADS`` is :func:`rank_threads` of the worker's CPUs (``cpus_per_worker``:
+    the cores the local machine gives each worker, a pod's CPU request). With
+    ``spec.debug``, ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` too (ranks calling different
     collectives fail at once, naming both: docs/diagnosis.md).
     """
     env = {
         "ALCHEMIST_JOB_ID": job_id,
         "ALCHEMIST_JOB_DIR": str(job_dir.root),
-        # torchrun warns on every launch unless this is set; one thread per rank is
-        # what torchrun would pick anyway.
-        "OMP_NUM_THREADS": "1",
+        # Set always: torchrun warns on every launch unless it is.
+        "OMP_NUM_THREADS": str(rank_threads(cpus_per_worker, spec)),
         "PYTHONUNBUFFERED": "1",
     }
     if spec.debug:

@@ -30,6 +30,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from alchemist.backends.kubernetes import slugs
+from alchemist.backends.kubernetes.quota import parse_quantity
 from alchemist.backends.launch import runtime_args, torchrun_args, worker_env
 from alchemist.errors import BackendError
 from alchemist.job.algorithms import needs_own_launcher
@@ -186,7 +187,8 @@ def make_worker_env(
         "ALCHEMIST_HOME": str(job_dir.root.parent.parent),
         "JUPYTERHUB_USER": owner,
     }
-    values.update(worker_env(job_id, job_dir, spec))
+    cpus = float(parse_quantity(spec.resources.cpu)) if spec.resources.cpu else None
+    values.update(worker_env(job_id, job_dir, spec, cpus))
     env += [{"name": k, "value": v} for k, v in values.items()]
     return env
 

@@ -63,6 +63,14 @@ def _cpu_slots() -> int:
     return slots if slots is not None else os.cpu_count() or 1
 
 
+def _cores() -> int:
+    """The cores this process may run on (its affinity: a cpuset, ``taskset``)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
 def _loopback_interface() -> str | None:
     """The name of the network interface that carries 127.0.0.1 (``lo`` on Linux)."""
     import psutil
@@ -183,7 +191,7 @@ class LocalBackend(Backend):
     def _dryrun(self, req: JobRequest) -> DryRunInfo:
         adm = self.admission(req.spec, req.owner)
         argv = self._command(req)
-        env = worker_env(req.job_id, req.job_dir, req.spec)
+        env = worker_env(req.job_id, req.job_dir, req.spec, _cores() / req.spec.workers)
         loopback = _loopback_interface()
         if loopback is not None:
             # gloo's listening sockets (one per peer, in every rank) bind the address

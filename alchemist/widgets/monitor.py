@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from alchemist.bundle.sizes import human_size
 from alchemist.job.jobdir import JobDir
 from alchemist.job.spec import JobState, JobStatus
 from alchemist.metrics.attempts import AttemptTracker
@@ -315,21 +316,36 @@ class MonitorData:
         self.system[rank] = {"host": e.get("host", "?"), "time": t, "values": values}
 
     def _read_logs(self) -> bool:
+        """Read what each rank's log gained, at most :data:`LOG_TAIL_BYTES` a rank a poll.
+        A rank whose log grew faster than that (a flood of prints) is caught up by a
+        jump to its tail, with a line saying how much was skipped: the pane always
+        reaches the newest lines, and shows the last ones when the job ends."""
         got = False
         for rank in range(self.world_size):
             cursor = self.log_cursors.get(rank)
+            try:
+                size = self.job.job_dir.rank_log(rank).stat().st_size
+            except OSError:
+                size = 0
             skip_first = False
-            if cursor is None:
-                try:
-                    size = self.job.job_dir.rank_log(rank).stat().st_size
-                except OSError:
-                    size = 0
-                cursor = max(0, size - LOG_TAIL_BYTES)
+            skipped = 0
+            if cursor is None or size - cursor > LOG_TAIL_BYTES:
+                start = max(0, size - LOG_TAIL_BYTES)
+                skipped = 0 if cursor is None else start - cursor
+                cursor = start
                 skip_first = cursor > 0  # started mid-line: drop the piece
             chunk = self.job.log_chunk(rank, cursor, LOG_TAIL_BYTES)
             lines = list(chunk.lines)
             if skip_first and lines:
                 lines = lines[1:]
+            if skipped > 0:  # the note, then as many of the newest lines as are kept
+                keep = (self.logs_by_rank[rank].maxlen or len(lines) + 1) - 1
+                lines = [
+                    f"[alchemist] {human_size(skipped)} of rank {rank}'s log skipped here"
+                    f" (written faster than shown; alchemist logs {self.info.get('id', 'ID')}"
+                    f" --rank {rank} has all of it)",
+                    *(lines[-keep:] if keep > 0 else []),
+                ]
             self.log_cursors[rank] = chunk.cursor
             for line in lines:
                 self.logs_all.append((rank, line))

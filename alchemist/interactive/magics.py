@@ -95,6 +95,12 @@ def _session() -> session_mod.Session:
     return current
 
 
+def _session_or_last() -> session_mod.Session:
+    """The running session, else the one this kernel used last (a broken or stopped
+    session: restart brings it up again, status says how it ended)."""
+    return session_mod.current_session() or session_mod.last_session() or _session()
+
+
 def _cell_id(shell: Any) -> str | None:
     """The frontend's id of the running cell (JupyterLab sends one), if any."""
     header = getattr(shell, "parent_header", None) or {}
@@ -148,7 +154,7 @@ class SessionMagics(Magics):
         )
 
     def _status(self, words: list[str]) -> dict[str, Any]:
-        st = _session().status()
+        st = _session_or_last().status()
         line = f"session {st['id']}: {st['state']}"
         if st["reason"]:
             line += f" ({st['reason']})"
@@ -161,7 +167,10 @@ class SessionMagics(Magics):
         return st
 
     def _stop(self, words: list[str]) -> None:
-        s = _session()
+        s = _session_or_last()
+        if s is not session_mod.current_session() and not s.running():
+            print(f"session {s.id} has ended already: {s.status()['state']}")
+            return
         s.stop()
         print(f"session {s.id} stopped")
 
@@ -175,7 +184,7 @@ class SessionMagics(Magics):
         p = _Parser(prog="%alchemist_session restart", add_help=False)
         p.add_argument("--replay", default=None)
         args = p.parse_args(words)
-        old = _session()
+        old = _session_or_last()  # a broken session is what restart is for
         new = old.restart(_numbers(args.replay, "--replay"))
         print(f"session {old.id} stopped; session {new.id}: {new.world_size} fresh ranks ready")
 

@@ -163,3 +163,35 @@ def test_an_idle_session_is_stopped(started: Any) -> None:
     wait_for(lambda: not any(psutil.pid_exists(p) for p in pids), 15, "the ranks to end")
     with pytest.raises(SessionError, match="was stopped"):
         s.run("print(1)")
+
+
+def test_the_advice_after_a_rank_died_works_when_followed(
+    started: Any, ip: Any, capsys: Any
+) -> None:
+    """A rank dies; the next cell says to run ``%alchemist_session restart``. Before,
+    restart, status and stop then answered "no session is running in this kernel"."""
+    from alchemist.backends.local.procs import read_pid
+    from alchemist.interactive import SessionBroken, current_session
+
+    s = started(2)
+    os.kill(read_pid(s.job_dir.rank_pid(1)) or 0, signal.SIGKILL)
+    wait_for(lambda: s.job_dir.read_state().get("state") == "failed", 30, "the session to break")
+    with pytest.raises(SessionBroken, match="%alchemist_session restart"):
+        s.run("print(1)")
+    capsys.readouterr()
+    ip.run_line_magic("alchemist_session", "status")
+    assert capsys.readouterr().out.startswith(f"session {s.id}: failed (rank 1 was killed")
+    ip.run_line_magic("alchemist_session", "restart")
+    new = current_session()
+    try:
+        assert new is not None and new.id != s.id
+        assert f"session {s.id} stopped; session {new.id}: 2 fresh ranks ready" in (
+            capsys.readouterr().out
+        )
+        new.run(ALL_REDUCE)
+        assert "rank=1 sum=3" in capsys.readouterr().out
+    finally:
+        if new is not None:
+            new.stop()
+    ip.run_line_magic("alchemist_session", "stop")  # stopped already: one line says so
+    assert capsys.readouterr().out.strip().endswith("has ended already: succeeded")

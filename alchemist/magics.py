@@ -15,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shlex
 import sys
 from argparse import ArgumentTypeError
+from pathlib import Path
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -58,6 +60,26 @@ def _parse(magic: Any, line: str) -> Any:
     except ValueError as e:
         name = getattr(magic, "__name__", "magic")
         raise UsageError(f"%{name}: cannot read the line ({e}): check its quotes") from None
+
+
+#: A cell that is one ``%run SCRIPT.py [ARGS]`` line (no ``%run`` options).
+_RUN_LINE = re.compile(r"\s*%run\s+(?!-)(\S+\.py)((?:\s.*)?)\s*")
+
+
+def _run_script(cell: str) -> tuple[Path, list[str]] | None:
+    """``(script, its arguments)`` for a distributed cell that is one ``%run script.py
+    ARGS`` line: the script runs as the job, as ``alchemist submit script.py -- ARGS``."""
+    lines = [ln for ln in cell.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    if len(lines) != 1:
+        return None
+    m = _RUN_LINE.fullmatch(lines[0])
+    if m is None:
+        return None
+    try:
+        script_args = shlex.split(m.group(2))
+    except ValueError as e:
+        raise UsageError(f"%run {m.group(1)}: its arguments cannot be read ({e})") from None
+    return Path(m.group(1)).expanduser(), script_args
 
 
 def _positive_int(raw: str) -> int:
@@ -112,8 +134,15 @@ class AlchemistMagics(Magics):
             options = options_from_args(args, "magic")
         except AlchemistError as e:
             raise UsageError(str(e)) from None
+        script = _run_script(cell)
         try:
-            result = client.submit(cell, namespace=self._user_ns(), dry_run=args.dry_run, **options)
+            if script is not None:  # `%run train.py ARGS`: the script is the job
+                path, script_args = script
+                result = client.submit(path, args=script_args, dry_run=args.dry_run, **options)
+            else:
+                result = client.submit(
+                    cell, namespace=self._user_ns(), dry_run=args.dry_run, **options
+                )
         except AlchemistError as e:
             raise UsageError(str(e)) from None
         if args.dry_run:

@@ -128,6 +128,12 @@ def _reject_ipython_syntax(source: str) -> None:
             zip(source.splitlines(), transformed.splitlines(), strict=False), start=1
         ):
             if before != after:
+                if before.strip().startswith("%run"):
+                    raise BundleError(
+                        f"line {n} of the cell is a %run, which workers cannot run among other"
+                        " lines: to run a script as the job, make `%run script.py ARGS` the"
+                        " cell's only line (nothing was submitted)"
+                    )
                 raise BundleError(
                     f"line {n} of the cell uses IPython syntax (a magic or a ! shell command),"
                     " which workers cannot run: move it to another cell (nothing was submitted)"

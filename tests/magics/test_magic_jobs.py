@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -324,3 +325,20 @@ def test_the_cells_output_lines_must_be_one_or_more(ip: Any) -> None:
         ip.run_cell_magic("alchemist_distributed", "-n 1 --max-output-lines -1", "x = 1")
     with pytest.raises(UsageError, match="expected a whole number, got 'many'"):
         ip.run_cell_magic("alchemist_distributed", "-n 1 --max-output-lines many", "x = 1")
+
+
+def test_a_run_line_runs_its_script_as_the_job(
+    ip: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``%run train.py --lr 0.1`` as a distributed cell's one line runs the script as
+    the job, with its arguments (it was refused with "move it to another cell"); a
+    ``%run`` among other lines says what to write instead."""
+    script = tmp_path / "train.py"
+    script.write_text("import sys\nprint('argv', sys.argv[1:], flush=True)\n")
+    ip.run_cell_magic("alchemist_distributed", "-n 2", f"%run {script} --lr 0.1")
+    out = capsys.readouterr().out
+    assert "[rank 1] argv ['--lr', '0.1']" in out and "succeeded" in out, out
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError, match=r"make `%run script.py ARGS` the cell's only line"):
+        ip.run_cell_magic("alchemist_distributed", "-n 2", f"x = 1\n%run {script}\n")

@@ -221,6 +221,10 @@ class SessionMagics(Magics):
             raise UsageError(str(e)) from None
         except SessionError as e:
             raise UsageError(str(e)) from None
+        except KeyboardInterrupt:  # the ranks were interrupted and said so: one line
+            raise UsageError(
+                f"cell interrupted; session {s.id} goes on (the next cell checks the ranks)"
+            ) from None
 
     @line_magic
     def alchemist_autopx(self, line: str) -> None:

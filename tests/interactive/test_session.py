@@ -195,3 +195,28 @@ def test_the_advice_after_a_rank_died_works_when_followed(
             new.stop()
     ip.run_line_magic("alchemist_session", "stop")  # stopped already: one line says so
     assert capsys.readouterr().out.strip().endswith("has ended already: succeeded")
+
+
+def test_an_interrupted_px_cell_ends_with_one_line(started: Any, ip: Any, capsys: Any) -> None:
+    """It ended with a 30-line traceback through Alchemist's and ipyparallel's frames."""
+    import threading
+
+    from IPython.core.error import UsageError
+
+    s = started(2)
+    logs = [s.job_dir.rank_log(r) for r in s.ranks]
+
+    def interrupt_when_looping() -> None:
+        wait_for(lambda: all("looping" in p.read_text() for p in logs), 120, "the ranks to loop")
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_when_looping, daemon=True).start()
+    loop = "import time\nprint('looping', flush=True)\nwhile True:\n    time.sleep(0.01)"
+    with pytest.raises(UsageError) as e:
+        ip.run_cell_magic("alchemist_px", "", loop)
+    assert str(e.value) == (
+        f"cell interrupted; session {s.id} goes on (the next cell checks the ranks)"
+    )
+    assert "every rank stopped" in capsys.readouterr().out
+    ip.run_cell_magic("alchemist_px", "", ALL_REDUCE)  # and it does go on
+    assert "rank=1 sum=3" in capsys.readouterr().out

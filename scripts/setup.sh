@@ -6,9 +6,20 @@
 #   scripts/setup.d/*.sh   the rest, each idempotent: configurable-http-proxy (npm),
 #                          Chromium for browser tests (apt), Helm and hadolint, Horovod
 #                          (built once, wheel cached), the prebuilt JupyterLab extension
+# With --hub (what scripts/start.sh runs): only what the hub and a job need, the .venv,
+# configurable-http-proxy and the panel (setup.d/10-hub.sh, 60-labextension.sh); the
+# browser, Helm, the image tools and the Horovod build are for the tests.
 # Run from anywhere; fast when everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+steps=(scripts/setup.d/*.sh)
+if [ "${1:-}" = "--hub" ]; then
+    steps=(scripts/setup.d/10-hub.sh scripts/setup.d/60-labextension.sh)
+elif [ -n "${1:-}" ]; then
+    echo "setup: unknown argument ${1} (scripts/setup.sh [--hub])" >&2
+    exit 2
+fi
 
 PYTHON="${PYTHON:-}"
 if [ -z "$PYTHON" ]; then
@@ -52,7 +63,7 @@ else
     echo "setup: .venv is up to date"
 fi
 
-for step in scripts/setup.d/*.sh; do
+for step in "${steps[@]}"; do
     bash "$step"
 done
 echo "setup: done"

@@ -13,7 +13,13 @@ torch 2.13 with gloo aborts rank 0 at interpreter exit after the work is done in
 1 run in 20 under plain torchrun (``terminate called without an active exception``):
 that is what the plain arm's count measures.
 
-    python benchmarks/reliability.py [--runs 200] [--steps 20] [--smoke]
+Then what the user is told of injected faults, ``--faults`` runs of each (Alchemist
+only: plain torchrun says neither): a rank killed (SIGKILL) in the first attempt of a
+``--max-restarts 1`` job (counted: the job succeeded; the restart's cause in its reason
+names the killed rank), and a rank stopped (SIGSTOP) inside DDP training (counted: the
+hang diagnosis' headline names the stopped rank; the classes of the headlines).
+
+    python benchmarks/reliability.py [--runs 200] [--steps 20] [--faults 20] [--smoke]
 """
 
 from __future__ import annotations
@@ -53,6 +59,66 @@ import alchemist
 rank = alchemist.context().rank
 model, opt = alchemist.distribute(model, opt)
 """
+
+
+KILLED = """
+import os, signal, torch, torch.distributed as dist, alchemist
+model, opt = alchemist.distribute(torch.nn.Linear(8, 1), None)
+first = os.environ["TORCHELASTIC_RESTART_COUNT"] == "0"
+for step in range(10):
+    if first and dist.get_rank() == 1 and step == 5:
+        os.kill(os.getpid(), signal.SIGKILL)
+    model(torch.randn(4, 8)).sum().backward()
+"""
+
+STOPPED = """
+import os, signal, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+model = DDP(torch.nn.Linear(32, 1))
+for step in range(100000):
+    loss = model(torch.randn(16, 32)).pow(2).mean()
+    if dist.get_rank() == 1 and step == 20:
+        print("stopping", flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+    loss.backward()
+"""
+
+
+def run_killed() -> tuple[bool, bool, str]:
+    """A rank killed in the first attempt: (succeeded, the cause names it, the reason)."""
+    import alchemist
+
+    job = alchemist.submit(KILLED, namespace={}, workers=2, max_restarts=1, name="killed")
+    status = job.wait(timeout=300, poll=0.05)
+    reason = status.reason or ""
+    named = "rank 1 was killed by signal 9" in reason
+    return status.state.value == "succeeded", named, reason[:160]
+
+
+def run_stopped() -> tuple[bool, str]:
+    """A rank stopped inside DDP training: (the headline names it, the headline)."""
+    import time
+
+    import alchemist
+
+    job = alchemist.submit(STOPPED, namespace={}, workers=2, name="stopped")
+    try:
+        deadline = time.monotonic() + 120
+        while "stopping" not in job.logs(rank=1):
+            if time.monotonic() > deadline or job.status().state.is_terminal:
+                return False, "rank 1 never reached its stop"
+            time.sleep(0.1)
+        report: dict = {}
+        for _ in range(5):  # rank 0 may be a moment away from its all-reduce
+            report = job.diagnose()
+            if report["classification"] == "missing_rank":
+                break
+        headline = str(report.get("headline", ""))
+        return headline.startswith(
+            "rank 1 is stopped"
+        ), f"{report.get('classification')}: {headline[:120]}"
+    finally:
+        job.cancel()
 
 
 def _finished(marks: Path) -> bool:
@@ -113,10 +179,11 @@ def main() -> None:
     )
     parser.add_argument("--runs", type=int, default=200, help="runs of each arm")
     parser.add_argument("--steps", type=int, default=20, help="training steps per run")
+    parser.add_argument("--faults", type=int, default=20, help="runs of each injected fault")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: check that it runs")
     args = parser.parse_args()
     if args.smoke:
-        args.runs, args.steps = 2, 3
+        args.runs, args.steps, args.faults = 2, 3, 1
 
     arms = {"alchemist": run_alchemist, "plain torchrun": run_plain}
     counts = {name: {"finished": 0, "lost": 0, "failed early": 0} for name in arms}
@@ -157,6 +224,47 @@ def main() -> None:
     for name, lines in notes.items():
         for line in lines[:20]:
             print(f"  {name} {line}")
+    faults(args.faults)
+
+
+def faults(runs: int) -> None:
+    """The injected faults (see the module): counts, and what was said when it missed."""
+    import collections
+
+    killed = {"succeeded": 0, "cause named": 0}
+    stopped = 0
+    classes: collections.Counter[str] = collections.Counter()
+    missed: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="alchemist-faults-") as tmp:
+        os.environ["ALCHEMIST_HOME"] = tmp
+        for i in range(runs):
+            try:
+                ok, named, reason = run_killed()
+            except Exception as e:  # the harness broke: counted as a miss, not a crash
+                ok, named, reason = False, False, f"{type(e).__name__}: {e}"
+            killed["succeeded"] += ok
+            killed["cause named"] += named
+            if not named:
+                missed.append(f"killed run {i + 1}: {reason}")
+            try:
+                found, said = run_stopped()
+            except Exception as e:
+                found, said = False, f"{type(e).__name__}: {e}"
+            stopped += found
+            classes[said.split(":", 1)[0]] += 1
+            if not found:
+                missed.append(f"stopped run {i + 1}: {said}")
+    print(f"faults, {runs} runs of each:")
+    print(
+        f"  a rank killed, --max-restarts 1: succeeded {killed['succeeded']} of {runs},"
+        f" restart cause names the killed rank {killed['cause named']} of {runs}"
+    )
+    print(
+        f"  a rank stopped inside DDP: the headline names it {stopped} of {runs}"
+        f" (classes: {', '.join(f'{k} {v}' for k, v in sorted(classes.items()))})"
+    )
+    for line in missed[:20]:
+        print(f"  {line}")
 
 
 if __name__ == "__main__":

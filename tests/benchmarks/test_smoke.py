@@ -83,6 +83,9 @@ def test_reliability_smoke_counts_both_arms() -> None:
     assert alchemist[1:] == ["2", "0", "0"], out
     assert plain[2] == "2" and plain[4] == "0", out
     assert "finished work reported failed: alchemist 0 of 2" in out
+    # What the user is told of injected faults (a killed rank's restart, a stopped rank).
+    assert "succeeded 1 of 1, restart cause names the killed rank 1 of 1" in out, out
+    assert "a rank stopped inside DDP: the headline names it 1 of 1" in out, out
 
 
 def test_queue_makespan_smoke_runs_both_arms() -> None:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import pwd
 import stat
@@ -196,6 +197,29 @@ def _alive(ticket: Ticket) -> bool:
     return bool(job_processes(Path(ticket.job_root), []))
 
 
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _well_formed(t: Ticket) -> bool:
+    """Every field of the type a supervisor writes (a file of another account may hold
+    anything JSON can: it must never break the readers, every job's supervisor)."""
+    whole = (t.slots, t.gpus, t.pid)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in whole) or t.pid <= 0:
+        return False
+    if not all(isinstance(v, str) for v in (t.job_id, t.owner, t.job_root)):
+        return False
+    if not (_number(t.created) and _number(t.pid_started)):
+        return False
+    if t.admitted is not None and not _number(t.admitted):
+        return False
+    granted = t.granted
+    return granted is None or (
+        isinstance(granted, list)
+        and all(isinstance(g, int) and not isinstance(g, bool) for g in granted)
+    )
+
+
 def _account_uid(name: str) -> int | None:
     try:
         return pwd.getpwnam(name).pw_uid
@@ -292,7 +316,7 @@ class Queue:
     def _valid(self, ticket: Ticket, uid: int) -> bool:
         """Whether ``ticket``, in a file of account ``uid``, may count (see the module);
         its owner and time are set to what can be checked."""
-        if not (isinstance(ticket.slots, int) and isinstance(ticket.gpus, int)):
+        if not _well_formed(ticket):
             return False
         if not (
             1 <= ticket.slots <= self.capacity.slots and 0 <= ticket.gpus <= self.capacity.gpus
@@ -309,8 +333,6 @@ class Queue:
         claimed = _account_uid(str(ticket.owner))
         if claimed is not None and claimed != uid:
             ticket.owner = _account(uid)  # nobody queues in another account's name
-        if not isinstance(ticket.created, (int, float)) or ticket.created != ticket.created:
-            return False
         ticket.created = max(float(ticket.created), float(ticket.pid_started) - MAX_SUBMIT_LAG_S)
         return True
 

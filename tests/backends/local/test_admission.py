@@ -169,8 +169,16 @@ def test_tickets_another_account_forged_do_not_hold_or_jump_the_queue(
             user=NOBODY, group=NOBODY, extra_groups=[], capture_output=True, check=False,
         )  # fmt: skip
         assert wrote.returncode == 0, wrote.stderr
+    malformed = {
+        "job_id": ["x"], "owner": None, "created": "0", "gpus": 0, "slots": True,
+        "pid": "1", "pid_started": "y", "job_root": 5, "granted": "all",
+    }  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-c", WRITE_TICKET, str(shared.root), "malformed", json.dumps(malformed)],
+        user=NOBODY, group=NOBODY, extra_groups=[], check=True,
+    )  # fmt: skip
     shared.enqueue(mine)
-    assert shared.try_admit("mine") == []
+    assert shared.try_admit("mine") == []  # and nothing of it broke the reader
     assert {p.stem for p in shared.root.glob("*.json")} == {"mine"}  # the forged: dropped
 
     # nobody's real job, in root's name and from the epoch: counted as nobody's, from

@@ -169,9 +169,9 @@ def test_tickets_another_account_forged_do_not_hold_or_jump_the_queue(
             user=NOBODY, group=NOBODY, extra_groups=[], capture_output=True, check=False,
         )  # fmt: skip
         assert wrote.returncode == 0, wrote.stderr
-    malformed = {
-        "job_id": ["x"], "owner": None, "created": "0", "gpus": 0, "slots": True,
-        "pid": "1", "pid_started": "y", "job_root": 5, "granted": "all",
+    malformed = {  # nobody's own supervisor, with a start time that is no number
+        "job_id": "bad", "owner": "nobody", "created": 0.0, "gpus": 0, "slots": 1,
+        "pid": theirs_pid, "pid_started": "y", "job_root": "/jobs/theirs",
     }  # fmt: skip
     subprocess.run(
         [sys.executable, "-c", WRITE_TICKET, str(shared.root), "malformed", json.dumps(malformed)],

@@ -106,10 +106,16 @@ def _remove_runtime_folders(home: Path) -> None:
     machine's temporary directory: a real user keeps one; a test run would leave one
     per test."""
     import shutil
+    import tempfile
 
     for pointer in (home / "runtime").glob("[!.]*"):
         with contextlib.suppress(OSError):
-            shutil.rmtree(pointer.read_text().strip(), ignore_errors=True)
+            folder = Path(pointer.read_text().strip())
+            made_here = folder.parent == Path(tempfile.gettempdir()) and folder.name.startswith(
+                f"alchemist-{os.getuid()}-"
+            )
+            if made_here and folder.is_dir() and not folder.is_symlink():
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

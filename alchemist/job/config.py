@@ -47,9 +47,10 @@ def jobs_root() -> Path:
     return make_private_dir(home() / "jobs")
 
 
-def private_dir_problem(path: Path) -> str | None:
+def private_dir_problem(path: Path, closed: int = 0o077) -> str | None:
     """Why ``path`` is not a private folder of this account (None: it is): not a folder
-    (a link, a file, missing), owned by another account, or open to others."""
+    (a link, a file, missing), owned by another account, or open to others in the mode
+    bits of ``closed`` (0o022: others may read and enter, but not write)."""
     try:
         st = os.lstat(path)
     except OSError as e:
@@ -58,8 +59,10 @@ def private_dir_problem(path: Path) -> str | None:
         return f"{path} is not a folder"
     if st.st_uid != os.getuid():
         return f"{path} belongs to another account (uid {st.st_uid})"
-    if st.st_mode & 0o077:
+    if st.st_mode & closed & 0o044:
         return f"{path} is open to other accounts (mode {stat.filemode(st.st_mode)})"
+    if st.st_mode & closed:
+        return f"{path} can be written by other accounts (mode {st.st_mode & 0o777:o})"
     return None
 
 

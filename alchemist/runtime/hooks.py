@@ -62,7 +62,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from alchemist.job.config import runtime_dir
+from alchemist.job.config import private_dir_problem, runtime_dir
 from alchemist.job.jobdir import JobDir, atomic_write_json, make_private_dir
 from alchemist.runtime import recorder
 
@@ -143,17 +143,7 @@ def unsafe_dir(folder: Path) -> str | None:
     """Why ``folder`` may not hold this account's sockets (None: it may): it is not a
     folder (a link, a file), another account owns it, or another account can write
     in it (it could put its own socket there)."""
-    try:
-        st = os.lstat(folder)
-    except OSError as e:
-        return f"{folder}: {e.strerror}"
-    if not stat.S_ISDIR(st.st_mode):
-        return f"{folder} is not a folder"
-    if st.st_uid != os.getuid():
-        return f"{folder} belongs to another account (uid {st.st_uid})"
-    if st.st_mode & 0o022:
-        return f"{folder} can be written by other accounts (mode {st.st_mode & 0o777:o})"
-    return None
+    return private_dir_problem(folder, closed=0o022)
 
 
 def make_socket_dir() -> Path:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 import sys
 import time
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from alchemist.errors import AlchemistError
-from alchemist.job.config import runtime_dir
+from alchemist.job.config import private_dir_problem, runtime_dir
 from alchemist.job.jobdir import make_private_dir
 
 #: Overrides the folder that holds the user's pools.
@@ -55,12 +54,11 @@ def keepalive_s() -> float:
 
 
 def _check_private(path: Path) -> Path:
-    st = path.lstat()
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+    problem = private_dir_problem(path)
+    if problem:
         raise PoolError(
-            f"the warm pool's folder {path} is not a private folder of yours (owner uid"
-            f" {st.st_uid}, mode {stat.filemode(st.st_mode)}): remove it, or set"
-            f" {POOL_DIR_VAR} to a folder only you can use"
+            f"the warm pool's folder {path} is not a private folder of yours ({problem}):"
+            f" remove it, or set {POOL_DIR_VAR} to a folder only you can use"
         )
     return path
 

@@ -30,7 +30,7 @@ from alchemist.errors import (
     SpecError,
 )
 from alchemist.job import config
-from alchemist.job.jobdir import JobDir, atomic_write_json, make_private_dir
+from alchemist.job.jobdir import JobDir, atomic_write_bytes, atomic_write_json, make_private_dir
 from alchemist.job.options import options_for, spec_from_options
 from alchemist.job.spec import JobSpec, JobState, JobStatus, spec_dict
 from alchemist.store import JobRecord, get_store
@@ -166,8 +166,11 @@ class Job:
                 return st
             time.sleep(poll)
 
-    def cancel(self) -> None:
-        """Stop every worker; idempotent (a finished job is left as it is)."""
+    def cancel(self, reason: str | None = None) -> None:
+        """Stop every worker; idempotent (a finished job is left as it is). ``reason``
+        (one line) becomes the cancelled job's reason instead of "cancelled by the user"."""
+        if reason is not None and not self.status().state.is_terminal:
+            self.job_dir.request_cancel(reason)
         self.backend.cancel(self._request())
         self.status()
 
@@ -378,9 +381,6 @@ def submit(
         BundleError: the code cannot be shipped (syntax error, unpicklable or big value).
         BackendError: the backend refused the job.
     """
-    from alchemist.job.config import max_value_bytes
-
-    limit = max_value_bytes()
     source, ns, cwd, function = "", None, None, None
     if callable(code) and not isinstance(code, (str, Path)):
         options.setdefault("outputs", ["result"])
@@ -396,18 +396,7 @@ def submit(
         entry, source = "cell", str(code)
         ns = namespace if namespace is not None else _default_namespace()
     spec = make_spec(entry=entry, **options)
-    backend = get_backend(spec.backend)
-    bundle = build_bundle(
-        source,
-        ns,
-        entry=entry,
-        function=function,
-        max_value_bytes=limit,
-        cwd=cwd,
-        ship_data=backend.ships_files,  # pods do not see the notebook's folder
-        include=spec.include,
-        exclude=spec.exclude,
-    )
+    bundle = _build(spec, source, ns, entry, function=function, cwd=cwd)
 
     def write(job_dir: JobDir) -> None:
         write_bundle(bundle, job_dir.bundle)
@@ -417,6 +406,73 @@ def submit(
             write_argv(job_dir.bundle, code.name, list(args or []))
 
     return _submit(spec, new_job_id(), write, dry_run=dry_run, bundle=bundle)
+
+
+def _build(
+    spec: JobSpec,
+    source: str,
+    ns: dict[str, Any] | None,
+    entry: str,
+    *,
+    function: Callable[[], Any] | None = None,
+    cwd: str | None = None,
+) -> Bundle:
+    """The bundle of a job of ``spec``: what its workers run, with the values they need."""
+    from alchemist.job.config import max_value_bytes
+
+    return build_bundle(
+        source,
+        ns,
+        entry=entry,
+        function=function,
+        max_value_bytes=max_value_bytes(),
+        cwd=cwd,
+        ship_data=get_backend(spec.backend).ships_files,  # pods do not see the notebook's folder
+        include=spec.include,
+        exclude=spec.exclude,
+    )
+
+
+def save_template(
+    cell: str, directory: Path, *, namespace: dict[str, Any] | None = None, **options: Any
+) -> JobSpec:
+    """Bundle a cell once, for many jobs later (a sweep's trials): its values from
+    ``namespace`` (default: the notebook's) are taken now and stored in ``directory``;
+    :func:`submit_template` runs the cell from there, with its source changed, even after
+    the kernel is gone. Returns the trials' validated spec.
+
+    Raises:
+        SpecError, BundleError: as :func:`submit`.
+    """
+    spec = make_spec(entry="cell", **options)
+    ns = namespace if namespace is not None else _default_namespace()
+    bundle = _build(spec, cell, ns, "cell")
+    make_private_dir(directory.parent)
+    write_bundle(bundle, directory)
+    return spec
+
+
+def submit_template(
+    directory: Path,
+    source: str,
+    *,
+    job_id: str | None = None,
+    dry_run: bool = False,
+    **options: Any,
+) -> Any:
+    """Run a bundle that :func:`save_template` stored, with ``source`` as its code (the
+    same cell with other values; its names must be those the bundle carries).
+
+    Returns:
+        A :class:`Job`, or a :class:`DryRun` when ``dry_run``.
+    """
+    spec = make_spec(entry="cell", **options)
+
+    def write(job_dir: JobDir) -> None:
+        shutil.copytree(directory, job_dir.bundle, dirs_exist_ok=True)
+        atomic_write_bytes(job_dir.bundle / "source.py", source.encode())
+
+    return _submit(spec, job_id or new_job_id(), write, dry_run=dry_run)
 
 
 def submit_session(spec: JobSpec, session_config: dict[str, Any], *, dry_run: bool = False) -> Any:

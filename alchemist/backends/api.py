@@ -130,6 +130,12 @@ class Backend(abc.ABC):
         self._schedule(req, info)
         return info
 
+    def concurrent_limit(self, spec: JobSpec) -> int | None:
+        """How many jobs of ``spec`` this backend can ever run at once (a sweep's
+        ``--parallel`` above it would only queue); None: no fixed bound (a cluster's
+        queue, Kueue, decides)."""
+        return None
+
     @abc.abstractmethod
     def _dryrun(self, req: JobRequest) -> DryRunInfo: ...
 

@@ -47,6 +47,12 @@ def jobs_root() -> Path:
     return make_private_dir(home() / "jobs")
 
 
+def sweeps_root() -> Path:
+    """The folder of the sweep directories (created 0700 on first use; see
+    :class:`alchemist.job.sweepdir.SweepDir`)."""
+    return make_private_dir(home() / "sweeps")
+
+
 def private_dir_problem(path: Path, closed: int = 0o077) -> str | None:
     """Why ``path`` is not a private folder of this account (None: it is): not a folder
     (a link, a file, missing), owned by another account, or open to others in the mode

@@ -47,6 +47,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+#: The reason of a job cancelled with no other reason given.
+CANCELLED_BY_USER = "cancelled by the user"
+
 
 def make_private_dir(path: Path) -> Path:
     """Create ``path`` and each missing folder above it with mode 0700; returns ``path``.
@@ -239,8 +242,22 @@ class JobDir:
 
     @property
     def cancel_marker(self) -> Path:
-        """Asks the job's launcher to cancel the job (local backend)."""
+        """Asks the job's launcher to cancel the job (local backend); its text, if any,
+        is why (:meth:`cancel_reason`)."""
         return self.root / "cancel-requested"
+
+    def request_cancel(self, reason: str | None = None) -> None:
+        """Write the cancel marker, with ``reason`` (one line) as the job's final reason."""
+        atomic_write_bytes(self.cancel_marker, (reason or "").encode())
+
+    def cancel_reason(self) -> str:
+        """Why the job was cancelled: the cancel marker's text (a sweep's pruning, say),
+        else :data:`CANCELLED_BY_USER`."""
+        try:
+            text = self.cancel_marker.read_text(errors="replace").strip()
+        except OSError:
+            text = ""
+        return text.splitlines()[0][:500] if text else CANCELLED_BY_USER
 
     @property
     def outcomes(self) -> Path:

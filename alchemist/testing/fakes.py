@@ -53,7 +53,7 @@ class _FakeBackend(Backend):
         if self.status(req).state.is_terminal:
             return
         req.job_dir.write_state(
-            state="cancelled", reason="cancelled by the user", finished=time.time()
+            state="cancelled", reason=req.job_dir.cancel_reason(), finished=time.time()
         )
 
 

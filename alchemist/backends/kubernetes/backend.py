@@ -504,7 +504,7 @@ def _cancelled(req: JobRequest) -> JobStatus:
     asked = _session_stop(req)
     if asked is not None and asked[0] == JobState.FAILED.value:
         return JobStatus(JobState.FAILED, asked[1], finished=time.time())
-    return JobStatus(JobState.CANCELLED, "cancelled by the user", finished=time.time())
+    return JobStatus(JobState.CANCELLED, req.job_dir.cancel_reason(), finished=time.time())
 
 
 def _session_end(req: JobRequest, status: JobStatus) -> JobStatus:

@@ -150,6 +150,16 @@ class LocalBackend(Backend):
         """What this machine offers jobs: CPU slots (one per rank) and GPUs."""
         return Capacity(slots=_cpu_slots(), gpus=_gpu_inventory())
 
+    def concurrent_limit(self, spec: JobSpec) -> int | None:
+        """Jobs of ``spec`` this machine's queue admits at once: its CPU slots (and
+        GPUs) over what one job takes."""
+        capacity = self.capacity()
+        fits = capacity.slots // max(1, spec.world_size)
+        gpus = spec.workers * spec.resources.gpus
+        if gpus:
+            fits = min(fits, capacity.gpus // gpus)
+        return fits
+
     def _check_resources(self, spec: JobSpec, capacity: Capacity) -> None:
         """Refuse a job that could never fit on this machine, in one line."""
         gpus = spec.workers * spec.resources.gpus
@@ -339,7 +349,8 @@ class LocalBackend(Backend):
             raise JobNotFoundError(f"job {req.job_id} has no job directory at {jd.root}")
         if self.status(req).state.is_terminal:
             return
-        jd.cancel_marker.touch()
+        if not jd.cancel_marker.exists():
+            jd.request_cancel()
         launcher = live_pid(jd.launcher_pid)
         deadline = time.time() + 15
         # The supervisor sees the marker within 0.2 s, stops the workers and records the
@@ -354,7 +365,7 @@ class LocalBackend(Backend):
         self._reap()
         st = jd.read_state() or {}
         if not JobState(st.get("state", "pending")).is_terminal:
-            jd.write_state(state="cancelled", reason="cancelled by the user", finished=time.time())
+            jd.write_state(state="cancelled", reason=jd.cancel_reason(), finished=time.time())
 
 
 def _read_int(path: os.PathLike[str]) -> int:

@@ -75,7 +75,7 @@ def supervise(
             return ranks.result()
         if cancelled() or job_dir.cancel_marker.exists():
             ranks.stop(STOP_GRACE_S)
-            return ranks.ended("cancelled", "cancelled by the user")
+            return ranks.ended("cancelled", job_dir.cancel_reason())
         if timeout and time.time() - started > timeout:
             ranks.stop(STOP_GRACE_S)
             return ranks.ended("failed", f"timed out after {timeout:g} s (--timeout)")
@@ -132,7 +132,7 @@ def main(argv: list[str]) -> int:
                 # The job's own devices: each rank's cuda:LOCAL_RANK is one of them.
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in granted)
         if granted is None:
-            final = {"state": "cancelled", "reason": "cancelled by the user"}
+            final = {"state": "cancelled", "reason": job_dir.cancel_reason()}
             if session:
                 final = SessionRanks.asked_to_stop(job_dir) or final
         else:

@@ -447,7 +447,7 @@ def save_template(
     spec = make_spec(entry="cell", **options)
     ns = namespace if namespace is not None else _default_namespace()
     bundle = _build(spec, cell, ns, "cell")
-    make_private_dir(directory.parent)
+    make_private_dir(directory)
     write_bundle(bundle, directory)
     return spec
 

@@ -3,6 +3,9 @@
 ``%load_ext alchemist`` registers:
 
 - ``%%alchemist_distributed [flags]``: run the cell as a distributed job;
+- ``%%alchemist_sweep --param NAME=VALUES --objective METRIC [flags]``: run the cell once
+  per setting, each trial a job (:mod:`alchemist.sweep`); ``%alchemist_sweep list |
+  attach ID | cancel ID | resume ID``;
 - ``%alchemist_jobs``, ``%alchemist_attach ID``, ``%alchemist_logs ID [--rank R] [--follow]``,
   ``%alchemist_cancel ID``, ``%alchemist_tensorboard ID``, ``%alchemist_diagnose ID``.
 
@@ -207,6 +210,166 @@ class AlchemistMagics(Magics):
             return _interrupted(job, monitor)
         return _ended(job, status, monitor, follower)
 
+    # -- sweeps --------------------------------------------------------------------------
+    @magic_arguments()
+    @_job_option_arguments
+    @argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUES",
+        help="a variable the cell sets, and its values: lr=0.1,0.01 | bs=range(16,65,16) |"
+        " lr=loguniform(1e-4,1e-1) | p=uniform(0,1) | width=int(32,512) (repeat for each)",
+    )
+    @argument("--objective", default=None, help="the metric (alchemist.log keyword) to optimise")
+    @argument("--mode", default="max", help="max or min (default max)")
+    @argument("--sampler", default=None, help="grid | random | tpe (default: grid for lists)")
+    @argument("--pruner", default="median", help="median | halving | hyperband | none")
+    @argument("--trials", type=_positive_int, default=None, help="trials to run (default: grid)")
+    @argument("--parallel", type=_positive_int, default=1, help="trials at once (default 1)")
+    @argument("--prune-after", type=int, default=None, help="finished trials before pruning")
+    @argument("--prune-warmup", type=int, default=0, help="steps before a trial may be pruned")
+    @argument("--seed", type=int, default=None, help="the sampler's seed")
+    @argument("--detach", action="store_true", help="return at once with a sweep handle")
+    @argument("--dry-run", action="store_true", help="print what would run; start nothing")
+    @argument("--no-widget", action="store_true", help="plain text output instead of the chart")
+    @cell_magic("alchemist_sweep")  # type: ignore[arg-type]  # IPython types the named form loosely
+    def alchemist_sweep_cell(self, line: str, cell: str) -> Any:
+        """Run this cell once per setting of its swept variables, each trial a job."""
+        prepared = self._start_sweep(line, cell)
+        if not isinstance(prepared, tuple):
+            return prepared
+        sweep, args = prepared
+        monitor = _sweep_monitor(sweep, not args.no_widget)
+        try:
+            state = monitor.follow() if monitor is not None else _follow_sweep_text(sweep)
+        except KeyboardInterrupt:
+            return _sweep_interrupted(sweep, monitor)
+        return self._finish_sweep(sweep, args, state)
+
+    async def alchemist_sweep_async(self, line: str, cell: str) -> Any:
+        """``%%alchemist_sweep`` for an awaiting cell (see :func:`run_async`)."""
+        prepared = self._start_sweep(line, cell)
+        if not isinstance(prepared, tuple):
+            return prepared
+        sweep, args = prepared
+        monitor = _sweep_monitor(sweep, not args.no_widget)
+        try:
+            if monitor is not None:
+                state = await monitor.follow_async()
+            else:
+                state = await asyncio.to_thread(_follow_sweep_text, sweep)
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            return _sweep_interrupted(sweep, monitor)
+        return self._finish_sweep(sweep, args, state)
+
+    def _start_sweep(self, line: str, cell: str) -> Any:
+        from alchemist.sweep import api as sweeps
+
+        args = _parse(self.alchemist_sweep_cell, line)
+        if not args.objective:
+            raise UsageError(
+                "%%alchemist_sweep needs --objective METRIC: the value the cell logs with"
+                " alchemist.log(step, METRIC=...) that judges each trial"
+            )
+        try:
+            options = options_from_args(args, "magic")
+            result = sweeps.start(
+                cell,
+                args.param,
+                args.objective,
+                namespace=self._user_ns(),
+                mode=args.mode,
+                sampler=args.sampler,
+                pruner=args.pruner,
+                trials=args.trials,
+                parallel=args.parallel,
+                prune_after=args.prune_after,
+                prune_warmup=args.prune_warmup,
+                seed=args.seed,
+                dry_run=args.dry_run,
+                **options,
+            )
+        except AlchemistError as e:
+            raise UsageError(str(e)) from None
+        if args.dry_run:
+            print(result.text)
+            return None
+        if args.detach:
+            print(
+                f"sweep {result.id} ({result.name}) started: follow it with %alchemist_sweep"
+                f" attach {result.id}, stop it with %alchemist_sweep cancel {result.id}"
+            )
+            return result
+        return result, args
+
+    def _finish_sweep(self, sweep: Any, args: Any, state: dict[str, Any]) -> Any:
+        """Say the best setting, copy the best trial's outputs back; a failure is one line."""
+        best = sweep.best()
+        if best is not None:
+            from alchemist.widgets.sweep import setting
+
+            print(
+                f"best: {setting(best['params'])} → {sweep.spec.objective} {best['value']:.4g}"
+                f" (trial {best['number']}, job {best['job_id']})"
+            )
+        outputs = parse_names(getattr(args, "outputs", None))
+        if best is not None and outputs and state["state"] == "succeeded":
+            values = sweep.outputs()
+            self._user_ns().update(values)
+            if values:
+                print(f"copied back from the best trial: {', '.join(values)}")
+        if state["state"] in ("failed", "cancelled") or (
+            state["state"] == "running" and not state.get("driver", True)
+        ):
+            raise UsageError(f"sweep {sweep.id} {state['state']}: {state.get('reason')}")
+        return sweep
+
+    @line_magic("alchemist_sweep")  # type: ignore[arg-type]
+    def alchemist_sweep_line(self, line: str) -> Any:
+        """``%alchemist_sweep attach ID | list | cancel ID | resume ID``."""
+        from alchemist.sweep import api as sweeps
+
+        words = line.split()
+        usage = "%alchemist_sweep list | attach ID | cancel ID | resume ID (run a sweep: %%alchemist_sweep)"
+        if not words or words[0] not in ("list", "attach", "cancel", "resume"):
+            raise UsageError(f"usage: {usage}")
+        if words[0] == "list":
+            from alchemist.widgets.sweep import SweepData, best_line
+
+            found = sweeps.sweeps()
+            if not found:
+                print("no sweeps yet (run one with %%alchemist_sweep)")
+            for s in found:
+                d = SweepData(s)
+                d.poll()
+                print(f"{s.id}  {s.name:<20} {d.state['state']:<10} {best_line(d)}")
+            return None
+        if len(words) != 2:
+            raise UsageError(f"usage: {usage}")
+        try:
+            sweep = sweeps.attach(words[1])
+        except AlchemistError as e:
+            raise UsageError(str(e)) from None
+        if words[0] == "cancel":
+            sweep.cancel()
+            print(f"sweep {sweep.id}: {sweep.state()['state']}")
+            return None
+        if words[0] == "resume" or not sweep.state()["driver"]:
+            if sweep.resume():
+                print(f"sweep {sweep.id}: its driver was not running; resumed")
+            elif words[0] == "resume":
+                print(f"sweep {sweep.id} is {sweep.state()['state']}; nothing to resume")
+        monitor = _sweep_monitor(sweep, True)
+        if monitor is None:
+            _follow_sweep_text(sweep)
+        else:
+            try:
+                monitor.follow()
+            except KeyboardInterrupt:
+                pass  # stop watching; the sweep goes on
+        return sweep
+
     # -- line magics ---------------------------------------------------------------------
     @magic_arguments()
     @argument("--state", default=None, help="only jobs in this state")
@@ -350,6 +513,51 @@ def _viewers(job: client.Job, max_lines: int, use_widget: bool) -> tuple[Any, Lo
     return monitor, LogFollower(job, print, max_lines=max_lines)
 
 
+def _sweep_monitor(sweep: Any, use_widget: bool) -> Any:
+    """The live sweep widget, shown; None where widgets cannot show."""
+    if not (use_widget and _in_widget_frontend()):
+        return None
+    from alchemist.widgets.sweep import SweepMonitor
+
+    monitor = SweepMonitor(sweep)
+    monitor.display()
+    return monitor
+
+
+def _follow_sweep_text(sweep: Any, poll: float = 1.0) -> dict[str, Any]:
+    """Print a line as each trial starts and ends, until the sweep ends."""
+    import time
+
+    from alchemist.widgets.sweep import LIVE_STATES, SweepData, setting
+
+    data = SweepData(sweep)
+    said: dict[int, str] = {}
+    print(
+        f"sweep {sweep.id} ({sweep.name}): {sweep.spec.trials} trials, {sweep.spec.parallel} at once"
+    )
+    while True:
+        data.poll()
+        for t in data.view["trials"]:
+            state = "running" if t["state"] in LIVE_STATES else t["state"]
+            if state == "waiting" or said.get(t["number"]) == state:
+                continue
+            said[t["number"]] = state
+            value = "" if t.get("value") is None else f" {sweep.spec.objective}={t['value']:.4g}"
+            why = f": {t['reason']}" if t.get("reason") and state != "complete" else ""
+            print(f"trial {t['number']} ({setting(t['params'])}) {state}{value}{why}")
+        if data.finished:
+            return data.state
+        time.sleep(poll)
+
+
+def _sweep_interrupted(sweep: Any, monitor: Any) -> dict[str, Any]:
+    sweep.cancel()
+    if monitor is not None:
+        monitor.update()
+    print(f"interrupted: sweep {sweep.id} cancelled", file=sys.stderr)
+    return dict(sweep.state())
+
+
 def _interrupted(job: client.Job, monitor: Any) -> JobStatus:
     """Cancel the job of an interrupted cell, show it, and say so."""
     job.cancel()
@@ -381,7 +589,9 @@ def _ended(job: client.Job, status: JobStatus, monitor: Any, follower: LogFollow
 # code as the synchronous magic, which still runs wherever the rewrite does not apply
 # (a terminal IPython, an indented line, another event-loop runner).
 
-_CELL_MAGIC = re.compile(r"^get_ipython\(\)\.run_cell_magic\('alchemist_distributed', (.*)\)\n?$")
+_CELL_MAGIC = re.compile(
+    r"^get_ipython\(\)\.run_cell_magic\('(alchemist_distributed|alchemist_sweep)', (.*)\)\n?$"
+)
 _LINE_MAGIC = re.compile(
     r"^(?P<lhs>[A-Za-z_][\w.]*\s*=\s*)?"
     r"get_ipython\(\)\.run_line_magic\('alchemist_attach', (?P<arg>.*)\)(?P<end>\s*)$"
@@ -398,6 +608,8 @@ async def run_async(magic: str, line: str, cell: str | None = None) -> Any:
     line = shell.var_expand(line, 1)
     if magic == "alchemist_distributed":
         return await magics.alchemist_distributed_async(line, cell or "")
+    if magic == "alchemist_sweep":
+        return await magics.alchemist_sweep_async(line, cell or "")
     return await magics.alchemist_attach_async(line)
 
 
@@ -421,7 +633,7 @@ def await_alchemist_magics(lines: list[str]) -> list[str]:
     if not _awaiting_runner(get_ipython()):
         return lines
     if len(lines) == 1 and (m := _CELL_MAGIC.match(lines[0])):
-        return [f"{_RUN_ASYNC}('alchemist_distributed', {m.group(1)})\n"]
+        return [f"{_RUN_ASYNC}('{m.group(1)}', {m.group(2)})\n"]
     out = []
     for text in lines:
         m = _LINE_MAGIC.match(text)

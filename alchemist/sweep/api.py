@@ -13,7 +13,6 @@ import re
 import secrets
 import time
 from dataclasses import dataclass
-from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -115,17 +114,6 @@ def _middle(params: list[Param]) -> dict[str, Any]:
     return out
 
 
-def _grid_settings(params: list[Param], limit: int) -> list[dict[str, Any]]:
-    if not all(p.is_grid for p in params):
-        return []
-    out = []
-    for combo in product(*(p.choices for p in params)):
-        out.append(dict(zip([p.name for p in params], combo, strict=True)))
-        if len(out) >= limit:
-            break
-    return out
-
-
 def start(
     cell: str,
     params: Any,
@@ -204,7 +192,7 @@ def start(
             f"{'s' if job_spec.world_size != 1 else ''} at once: use --parallel {max(1, limit)}"
             + (" or fewer ranks per trial" if limit else "")
         )
-    settings = _grid_settings(swept, min(DRY_RUN_SETTINGS, spec.trials))
+    settings = spec.grid_settings()[:DRY_RUN_SETTINGS]
     if dry_run:
         values = settings[0] if settings else _middle(swept)
         first = client.submit(

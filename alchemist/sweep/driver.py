@@ -92,6 +92,9 @@ class Driver:
         self.spec = SweepSpec.from_dict(sd.read_json(sd.config))
         self.source = (sd.template / "source.py").read_text()
         self.study = open_study(sd, self.spec)
+        if not self.study.get_trials(deepcopy=False):
+            for setting in self.spec.grid_settings():
+                self.study.enqueue_trial(setting)
         self.followed: dict[int, Followed] = {}
         self.stop_reason: str | None = None
 
@@ -310,9 +313,12 @@ def build_view(
     best: dict[str, Any] | None = None
     for t in study.get_trials(deepcopy=False):
         job_id = t.user_attrs.get("job_id") if t.user_attrs.get("submitted") else None
-        state = {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed"}.get(
-            t.state.name, "running"
-        )
+        state = {
+            "COMPLETE": "complete",
+            "PRUNED": "pruned",
+            "FAIL": "failed",
+            "WAITING": "waiting",
+        }.get(t.state.name, "running")
         f = followed.get(t.number)
         last = f.last if f is not None else None
         if last is None and t.intermediate_values:
@@ -349,7 +355,8 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m alchemist.sweep SWEEP_DIR", file=sys.stderr)
         return 2
     sd = SweepDir(Path(args[0]))
-    with open(sd.driver_lock, "a") as lock:
+    os.umask(0o077)  # the study's journal, the view, TensorBoard files: the owner's alone
+    with _open_lock(sd) as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -366,10 +373,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _open_lock(sd: SweepDir) -> Any:
+    return os.fdopen(os.open(sd.driver_lock, os.O_RDWR | os.O_CREAT, 0o600), "r+")
+
+
 def driver_running(sd: SweepDir) -> bool:
     """True while a driver holds the sweep's lock."""
     try:
-        with open(sd.driver_lock, "a") as lock:
+        with _open_lock(sd) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             fcntl.flock(lock, fcntl.LOCK_UN)
             return False
@@ -383,7 +394,7 @@ def start_driver(sd: SweepDir) -> int:
     import subprocess
 
     config.home()
-    log = open(sd.driver_log, "ab")  # noqa: SIM115 - handed to the child
+    log = os.fdopen(os.open(sd.driver_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "alchemist.sweep", str(sd.root)],
@@ -391,6 +402,7 @@ def start_driver(sd: SweepDir) -> int:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            umask=0o077,
             cwd=str(sd.root),
         )
     finally:

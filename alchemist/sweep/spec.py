@@ -11,8 +11,10 @@ The search and the early stopping are Optuna's: :meth:`SweepSpec.make_sampler` a
 
 from __future__ import annotations
 
+import random
 import re
 from dataclasses import dataclass, field
+from itertools import product
 from typing import Any
 
 from alchemist.errors import SpecError
@@ -146,16 +148,32 @@ class SweepSpec:
         """``a`` is a better objective value than ``b``."""
         return a > b if self.mode == "max" else a < b
 
+    def grid_settings(self) -> list[dict[str, Any]]:
+        """The settings a grid runs, in the order the lists were written (the first name
+        varies slowest); ``trials`` fewer than the grid: a random sample of them (by
+        ``seed``), in that order. Empty for a sampler that draws.
+
+        A grid's settings are queued in the study (Optuna's ``enqueue_trial``) when the
+        sweep starts, so they run in this order and the views list them from the start.
+        """
+        if self.sampler != "grid":
+            return []
+        names = [p.name for p in self.params]
+        combos = [
+            dict(zip(names, c, strict=True)) for c in product(*(p.choices for p in self.params))
+        ]
+        if self.trials < len(combos):
+            keep = sorted(random.Random(self.seed).sample(range(len(combos)), self.trials))
+            combos = [combos[i] for i in keep]
+        return combos
+
     def distributions(self) -> dict[str, Any]:
         return {p.name: p.distribution() for p in self.params}
 
     def make_sampler(self) -> Any:
         import optuna
 
-        if self.sampler == "grid":
-            space = {p.name: list(p.choices) for p in self.params}
-            return _grid_sampler(space, self.seed)
-        if self.sampler == "random":
+        if self.sampler in ("grid", "random"):  # a grid's settings are queued: grid_settings
             return optuna.samplers.RandomSampler(seed=self.seed)
         return optuna.samplers.TPESampler(seed=self.seed)
 
@@ -194,16 +212,3 @@ class SweepSpec:
         fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         fields["params"] = [Param.from_dict(p) for p in data["params"]]
         return cls(**fields)
-
-
-def _grid_sampler(space: dict[str, list[Any]], seed: int | None) -> Any:
-    """Optuna's grid sampler for a driver that asks and tells: its ``after_trial`` calls
-    ``study.stop()`` once the grid is used up, which raises outside ``study.optimize``;
-    the driver counts its trials itself, so that call is left out."""
-    import optuna
-
-    class AskTellGridSampler(optuna.samplers.GridSampler):
-        def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
-            return None
-
-    return AskTellGridSampler(space, seed=seed)

@@ -477,11 +477,21 @@ class AlchemistMagics(Magics):
     @argument("job_id", help="the job's id")
     @line_magic
     def alchemist_tensorboard(self, line: str) -> Any:
-        """Start (or reuse) TensorBoard on a job and show where to open it."""
+        """Start (or reuse) TensorBoard on a job (or a sweep: its HParams view) and show
+        where to open it."""
         args = _parse(self.alchemist_tensorboard, line)
-        job = self._attach(args.job_id)
         from alchemist.tensorboard import open_tensorboard
 
+        if args.job_id.startswith("w"):  # a sweep: its trials' settings and results
+            from alchemist.sweep import api as sweeps
+
+            try:
+                handle = open_tensorboard(sweeps.attach(args.job_id).dir.root)
+            except AlchemistError as e:
+                raise UsageError(str(e)) from None
+            print(f"TensorBoard for sweep {args.job_id} (HParams tab): {handle.url}")
+            return handle
+        job = self._attach(args.job_id)
         try:
             handle = open_tensorboard(job)
         except AlchemistError as e:

@@ -46,6 +46,7 @@ from alchemist.job.jobdir import atomic_write_json
 from alchemist.job.spec import JobState
 from alchemist.job.sweepdir import SweepDir
 from alchemist.metrics.reader import MetricsReader
+from alchemist.sweep import hparams
 from alchemist.sweep.cell import with_values
 from alchemist.sweep.spec import SweepSpec
 
@@ -95,6 +96,7 @@ class Driver:
         if not self.study.get_trials(deepcopy=False):
             for setting in self.spec.grid_settings():
                 self.study.enqueue_trial(setting)
+            self._hparams(hparams.write_experiment, self.sd.tensorboard, self.spec)
         self.followed: dict[int, Followed] = {}
         self.stop_reason: str | None = None
 
@@ -236,6 +238,7 @@ class Driver:
         f.job.cancel(reason=why)
         self._set(f.trial, reason=why)
         self.study.tell(f.trial, state=TrialState.PRUNED)
+        self._record(f, value, ok=False)
         print(f"[alchemist] trial {f.trial.number} {why}", flush=True)
         f.pruned = True
 
@@ -262,6 +265,7 @@ class Driver:
         state = status.state
         if state == JobState.SUCCEEDED and f.last is not None:
             self.study.tell(f.trial, f.last[1])
+            self._record(f, f.last[1], ok=True)
             print(f"[alchemist] trial {number} {self.spec.objective}={f.last[1]:.4g}", flush=True)
             return
         if state == JobState.SUCCEEDED:
@@ -283,6 +287,7 @@ class Driver:
             reason = f"{state.value}: {status.reason}"
         self._set(f.trial, reason=reason)
         self.study.tell(f.trial, state=TrialState.FAIL)
+        self._record(f, None, ok=False)
         print(f"[alchemist] trial {number} {reason}", flush=True)
 
     def _cancel_running(self, why: str) -> None:
@@ -294,6 +299,19 @@ class Driver:
             self._set(f.trial, reason=why)
             self.study.tell(f.trial, state=TrialState.FAIL)
         self.followed.clear()
+
+    def _hparams(self, write: Any, *args: Any) -> None:
+        """Write TensorBoard's HParams records; a failure there never stops the sweep."""
+        try:
+            write(*args)
+        except Exception as e:
+            print(f"[alchemist] TensorBoard HParams not written: {e}", flush=True)
+
+    def _record(self, f: Followed, value: float | None, ok: bool) -> None:
+        number, params = f.trial.number, dict(f.trial.params)
+        self._hparams(
+            hparams.write_trial, self.sd.tensorboard, self.spec, number, params, value, ok
+        )
 
     def _set(self, trial: Any, **attrs: Any) -> None:
         for key, value in attrs.items():

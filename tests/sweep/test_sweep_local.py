@@ -20,6 +20,7 @@ from alchemist import client
 from alchemist.job import config
 from alchemist.sweep import api as sweeps
 from alchemist.sweep.driver import driver_running
+from alchemist.widgets.sweep import SweepMonitor
 
 CELL = """
 import time
@@ -68,6 +69,38 @@ def test_a_sweep_stops_the_bad_trials_and_names_the_best(ip: Any, capsys: Any) -
     # each trial is an ordinary job, named for the sweep
     names = sorted(j.name for j in client.jobs())
     assert names == ["lrs-t0", "lrs-t1", "lrs-t2", "lrs-t3"]
+    assert _hparams_runs(sweep.dir.tensorboard) == {
+        "trial-0": {"lr": 0.3},
+        "trial-1": {"lr": 0.25},
+        "trial-2": {"lr": 0.9},
+        "trial-3": {"lr": 1.5},
+    }
+    # what the cell showed: every curve, the best one thick, the pruned ones faded
+    monitor = SweepMonitor(sweep)
+    page = monitor._repr_html_()
+    assert page.count("<polyline") == 4
+    assert page.count("stroke-width='3.0'") == 1 and page.count("stroke='#c7c7c7'") == 2
+    assert page.index("<td>lr=0.3</td>") < page.index("<td>lr=0.25</td>")  # best first
+    assert "best: lr=0.3" in repr(monitor)
+    fig = monitor.widget.children[3]
+    assert len(fig.marks) == 4 and [len(m.x) for m in fig.marks][:2] == [6, 6]
+
+
+def _hparams_runs(root: Path) -> dict[str, dict[str, Any]]:
+    """The trials' settings as TensorBoard's HParams plugin reads them from the files."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.plugins.hparams.metadata import SESSION_START_INFO_TAG
+    from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
+
+    runs = {}
+    for events in root.glob("trial-*/events.out.tfevents.*"):
+        for event in EventFileLoader(str(events)).Load():
+            for v in event.summary.value:
+                if v.tag == SESSION_START_INFO_TAG:
+                    data = HParamsPluginData.FromString(v.metadata.plugin_data.content)
+                    hp = data.session_start_info.hparams
+                    runs[events.parent.name] = {k: hp[k].number_value for k in hp}
+    return runs
 
 
 def test_a_sweep_outlives_its_driver_and_resumes_where_it_was(ip: Any, capsys: Any) -> None:

@@ -6,6 +6,7 @@ import contextlib
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -156,6 +157,29 @@ def job_processes(job_root: Path, root_pids: list[int]) -> list[psutil.Process]:
     return [p for p in found.values() if p.pid != psutil.Process().pid]
 
 
+def _ended(p: psutil.Process) -> bool:
+    """Gone, or a zombie: it has ended, whoever reaps it. (``psutil.wait_procs`` waits
+    for another process's zombie until its parent reaps it: an orphan's parent is
+    init, which reaps when it likes; here that held every cancel about 1.5 s.)"""
+    try:
+        return p.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def _wait_ended(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait up to ``timeout`` s for ``procs`` to end (reaping our own children);
+    returns those still running."""
+    deadline = time.monotonic() + timeout
+    left = list(procs)
+    while True:
+        psutil.wait_procs(left, timeout=0)  # reaps the ones that are our children
+        left = [p for p in left if not _ended(p)]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.01)
+
+
 def terminate(procs: list[psutil.Process], grace: float = 5.0) -> None:
     """SIGTERM, wait up to ``grace`` seconds, then SIGKILL what is left, and reap.
 
@@ -166,7 +190,7 @@ def terminate(procs: list[psutil.Process], grace: float = 5.0) -> None:
         with contextlib.suppress(psutil.Error):
             p.send_signal(signal.SIGTERM)
             p.send_signal(signal.SIGCONT)
-    _, left = psutil.wait_procs(procs, timeout=grace)
+    left = _wait_ended(procs, grace)
     for p in left:
         with contextlib.suppress(psutil.Error):
             p.kill()

@@ -1,4 +1,5 @@
-"""The ``alchemist`` command: jobs, logs, metrics, cancel, submit, status, diagnose, pool.
+"""The ``alchemist`` command: jobs, logs, metrics, cancel, submit, status, diagnose, pool,
+sweep.
 
 ``alchemist submit train.py -n 2`` runs a script (or a notebook's code cells) as a job
 through the same :func:`alchemist.client.submit` as the magic, and follows its logs
@@ -91,6 +92,20 @@ def _parser() -> argparse.ArgumentParser:
     from alchemist.interactive import commands as session_commands
 
     session_commands.add_parser(sub)
+
+    sw = sub.add_parser(
+        "sweep", help="your sweeps (a cell run once per setting): list, show, cancel, resume"
+    )
+    sws = sw.add_subparsers(dest="sweep_command", required=True)
+    swl = sws.add_parser("list", help="list your sweeps, newest first")
+    swl.add_argument("--json", action="store_true", help="print each sweep's summary as JSON")
+    sw_show = sws.add_parser("show", help="a sweep's definition and its trials, best first")
+    sw_show.add_argument("sweep_id")
+    sw_show.add_argument("--json", action="store_true", help="print the whole sweep as JSON")
+    sws.add_parser("cancel", help="cancel a sweep and its running trials").add_argument("sweep_id")
+    sws.add_parser(
+        "resume", help="start a running sweep's driver again (after a machine restart)"
+    ).add_argument("sweep_id")
 
     lg = sub.add_parser("logs", help="print a job's logs")
     lg.add_argument("job_id")
@@ -237,6 +252,8 @@ def _run(args: argparse.Namespace) -> int:
         from alchemist.interactive import commands as session_commands
 
         return session_commands.run(args)
+    if args.command == "sweep":
+        return _sweep(args)
     job = client.attach(args.job_id)
     if args.command == "status":
         print(json.dumps(job.to_dict(), indent=2))
@@ -283,6 +300,47 @@ def _no_metrics(job: Any, system: bool) -> str:
             f" its system metrics (CPU, memory, GPU): alchemist metrics {job.id} --system"
         )
     return f"alchemist: job {job.id} has logged no metrics yet"
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    """``alchemist sweep list|show|cancel|resume``: the sweeps of :mod:`alchemist.sweep`."""
+    from alchemist.sweep import api as sweep_api
+    from alchemist.sweep import text as sweep_text
+
+    if args.sweep_command == "list":
+        found = sweep_api.sweeps()
+        if args.json:
+            print(json.dumps([sweep_text.summary(s) for s in found], indent=2))
+        else:
+            print(sweep_text.format_sweeps_table(found))
+        return 0
+    sweep = sweep_api.attach(args.sweep_id)
+    if args.sweep_command == "show":
+        print(
+            json.dumps(sweep.to_dict(), indent=2) if args.json else sweep_text.format_sweep(sweep)
+        )
+        return 0
+    if args.sweep_command == "cancel":
+        before = sweep.state()["state"]
+        sweep.cancel()
+        st = sweep.state()
+        if before != "running":
+            print(f"sweep {sweep.id} had already ended: {st['state']}")
+        else:
+            why = f": {st['reason']}" if st.get("reason") else ""
+            print(f"sweep {sweep.id} {st['state']}{why}")
+        return 0
+    # resume
+    if sweep.resume():
+        print(f"sweep {sweep.id}: its driver started again; it goes on with its trials")
+        return 0
+    st = sweep.state()
+    if st["state"] != "running":
+        why = f"it has ended ({st['state']}" + (f": {st['reason']})" if st.get("reason") else ")")
+    else:
+        why = "its driver is already running"
+    print(f"sweep {sweep.id} not resumed: {why}")
+    return 0
 
 
 def _pool(args: argparse.Namespace) -> int:

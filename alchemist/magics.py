@@ -305,14 +305,10 @@ class AlchemistMagics(Magics):
 
     def _finish_sweep(self, sweep: Any, args: Any, state: dict[str, Any]) -> Any:
         """Say the best setting, copy the best trial's outputs back; a failure is one line."""
-        best = sweep.best()
-        if best is not None:
-            from alchemist.widgets.sweep import setting
+        from alchemist.sweep.text import best_line
 
-            print(
-                f"best: {setting(best['params'])} → {sweep.spec.objective} {best['value']:.4g}"
-                f" (trial {best['number']}, job {best['job_id']})"
-            )
+        best = sweep.best()
+        print(best_line(best, sweep.spec.objective))
         outputs = parse_names(getattr(args, "outputs", None))
         if best is not None and outputs and state["state"] == "succeeded":
             values = sweep.outputs()
@@ -335,15 +331,14 @@ class AlchemistMagics(Magics):
         if not words or words[0] not in ("list", "attach", "cancel", "resume"):
             raise UsageError(f"usage: {usage}")
         if words[0] == "list":
-            from alchemist.widgets.sweep import SweepData, best_line
+            from alchemist.sweep.text import format_sweeps_table
 
             found = sweeps.sweeps()
-            if not found:
-                print("no sweeps yet (run one with %%alchemist_sweep)")
-            for s in found:
-                d = SweepData(s)
-                d.poll()
-                print(f"{s.id}  {s.name:<20} {d.state['state']:<10} {best_line(d)}")
+            print(
+                format_sweeps_table(found)
+                if found
+                else "no sweeps yet (run one with %%alchemist_sweep)"
+            )
             return None
         if len(words) != 2:
             raise UsageError(f"usage: {usage}")
@@ -538,7 +533,8 @@ def _follow_sweep_text(sweep: Any, poll: float = 1.0) -> dict[str, Any]:
     """Print a line as each trial starts and ends, until the sweep ends."""
     import time
 
-    from alchemist.widgets.sweep import LIVE_STATES, SweepData, setting
+    from alchemist.sweep.text import LIVE_STATES, setting
+    from alchemist.widgets.sweep import SweepData
 
     data = SweepData(sweep)
     said: dict[int, str] = {}

@@ -27,6 +27,13 @@ Routes, relative to the server's base URL (``/user/<name>/`` behind JupyterHub):
     GET    alchemist/api/v1/pool                 the user's warm pool: ``{"running", "text",
                                                  "ranks", "jobs", "idle_s", "ends_in_s"...}``
     DELETE alchemist/api/v1/pool                 stop it (running ranks go on)
+    GET    alchemist/api/v1/sweeps               the current user's sweeps, newest first:
+                                                 ``{"sweeps": [summary...], "skipped"}``
+                                                 (:func:`alchemist.sweep.text.summary`)
+    GET    alchemist/api/v1/sweeps/ID            one sweep: ``Sweep.to_dict()`` (its spec,
+                                                 state, every trial, the best)
+    DELETE alchemist/api/v1/sweeps/ID            cancel it and its running trials
+                                                 (idempotent); replies with the sweep after
 
 Contract:
 
@@ -39,7 +46,8 @@ Contract:
   (:func:`strict_json`). An error is ``{"message": "<one line>"}`` (plus ``"field"``
   when one input is at fault) with status 400 (bad input: bad JSON, an unknown or
   invalid field, a number out of range or not finite, a cursor no read returned), 403
-  (another user's job), 404 (no such job), 501 (a feature not installed) or 500.
+  (another user's job), 404 (no such job or sweep, or an id that is none), 501 (a
+  feature not installed) or 500.
 - The handlers call the client API (:mod:`alchemist.client`): submitting here and
   from the magic is one code path. Every call that may block (the job store, the
   backend, the file system) runs in a worker thread, off the event loop.
@@ -865,6 +873,65 @@ class PoolHandler(AlchemistHandler):
         self.reply(await self.call(_pool_stop))
 
 
+def _list_sweeps() -> dict[str, Any]:
+    """The user's sweeps, newest first, and those that could not be read (with why)."""
+    from alchemist.sweep import api as sweep_api
+    from alchemist.sweep.text import summary
+
+    found, skipped = [], []
+    for sweep in sweep_api.sweeps():
+        try:
+            found.append(summary(sweep))
+        except Exception as e:  # one unreadable sweep never fails the list
+            skipped.append(
+                {"id": sweep.id, "reason": str(e).splitlines()[0] if str(e) else repr(e)}
+            )
+    return {"sweeps": found, "skipped": skipped}
+
+
+def _get_sweep(sweep_id: str) -> dict[str, Any]:
+    from alchemist.sweep import api as sweep_api
+
+    return sweep_api.attach(sweep_id).to_dict()
+
+
+def _cancel_sweep(sweep_id: str) -> dict[str, Any]:
+    from alchemist.sweep import api as sweep_api
+
+    sweep = sweep_api.attach(sweep_id)
+    sweep.cancel()
+    return sweep.to_dict()
+
+
+class SweepsHandler(AlchemistHandler):
+    """The user's sweeps (:mod:`alchemist.sweep`): this server runs as the user, and a
+    sweep's folder is under the user's own (private) Alchemist home."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """Every sweep's summary, newest first."""
+        self.query({})
+        self.reply(await self.call(_list_sweeps))
+
+
+class SweepHandler(AlchemistHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        """One sweep (the route's id is a sweep's, ``w`` and 10 hex digits)."""
+        self.query({})
+        self.reply(await self.call(_get_sweep, job_id))
+
+    @web.authenticated
+    @authorized
+    async def delete(self, job_id: str) -> None:
+        """Cancel the sweep and its running trials (idempotent); replies with the sweep
+        as it is afterwards."""
+        self.query({})
+        self.reply(await self.call(_cancel_sweep, job_id))
+
+
 class TensorBoardHandler(AlchemistHandler):
     @web.authenticated
     @authorized
@@ -889,9 +956,10 @@ class TensorBoardHandler(AlchemistHandler):
 
 
 #: Calls that may take seconds (a cancel's grace, a diagnosis asking every rank, a
-#: bundle, TensorBoard's start, a submit that bundles the workspace, the pool's stop).
+#: bundle, TensorBoard's start, a submit that bundles the workspace, the pool's stop, a
+#: sweep's cancel waiting for its driver to stop its trials).
 SLOW_CALLS: frozenset[Callable[..., Any]] = frozenset(
-    {_submit, _cancel_job, _diagnosis, _diagnosis_bundle, _tensorboard, _pool_stop}
+    {_submit, _cancel_job, _diagnosis, _diagnosis_bundle, _tensorboard, _pool_stop, _cancel_sweep}
 )
 #: The extension's threads: its blocking calls never take the threads of the event
 #: loop's default executor, which the Jupyter server itself relies on, and slow calls
@@ -918,5 +986,9 @@ def setup_handlers(web_app: Any) -> None:
         (f"/jobs/{_ID}/diagnosis", DiagnosisHandler),
         (f"/jobs/{_ID}/diagnosis/bundle", DiagnosisBundleHandler),
         ("/pool", PoolHandler),
+        ("/sweeps", SweepsHandler),
+        # A sweep's id in the jobs' id pattern: an id that matches it but is no sweep's
+        # is a JSON 404 (as a job's), one that does not is the server's own 404.
+        (f"/sweeps/{_ID}", SweepHandler),
     ]
     web_app.add_handlers(".*$", [(base + path + "/?", handler) for path, handler in routes])

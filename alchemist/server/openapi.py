@@ -78,17 +78,23 @@ def _text(name: str, description: str) -> dict[str, Any]:
     }
 
 
-def _op(summary: str, ok: int = 200, params: list[Any] | None = None, body: bool = False) -> Any:
-    op: dict[str, Any] = {
-        "summary": summary,
-        "parameters": params or [],
-        "responses": {
-            str(ok): {"description": "done", "content": {"application/json": {"schema": {}}}},
-            "400": _error_response("bad input: the message says which and how"),
-            "403": _error_response("another user's job"),
-            "404": _error_response("no such job"),
-        },
+def _op(
+    summary: str,
+    ok: int = 200,
+    params: list[Any] | None = None,
+    body: bool = False,
+    of: str = "job",
+) -> Any:
+    """An operation on the user's jobs (``of="sweep"``: on the user's sweeps)."""
+    responses: dict[str, Any] = {
+        str(ok): {"description": "done", "content": {"application/json": {"schema": {}}}},
+        "400": _error_response("bad input: the message says which and how"),
+        "403": _error_response("another user's job"),
+        "404": _error_response(f"no such {of}"),
     }
+    if of == "sweep":  # a sweep's folder is under its user's own home: none is another's
+        del responses["403"]
+    op: dict[str, Any] = {"summary": summary, "parameters": params or [], "responses": responses}
     if body:
         op["requestBody"] = {
             "required": True,
@@ -144,6 +150,16 @@ def document(base_url: str = "/") -> dict[str, Any]:
     from alchemist.server.handlers import MAX_LOG_CURSOR
 
     job = [{"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+    # The sweep routes share the jobs' id pattern (and so its name in the path).
+    sweep = [
+        {
+            "name": "job_id",
+            "in": "path",
+            "required": True,
+            "description": "the sweep's id: w and 10 hex digits (alchemist sweep list)",
+            "schema": {"type": "string"},
+        }
+    ]
     root = base_url.rstrip("/") + "/alchemist/api/v1"
     paths = {
         "": {"get": _op("version, backends, algorithms, states and the job options")},
@@ -201,6 +217,27 @@ def document(base_url: str = "/") -> dict[str, Any]:
         "/pool": {
             "get": _op("your warm pool of local ranks: running, status, ranks, idle time"),
             "delete": _op("stop your warm pool (running ranks go on)"),
+        },
+        "/sweeps": {
+            "get": _op(
+                "your sweeps, newest first: {sweeps: [each one's id, name, created, state,"
+                " reason, objective, mode, trials_done of trials_total, counts by state,"
+                " best trial], skipped: [those that could not be read: id, reason]}",
+                of="sweep",
+            )
+        },
+        "/sweeps/{job_id}": {
+            "get": _op(
+                "one sweep: its spec, state and reason, every trial (number, params, state,"
+                " step, value, job_id, reason) and the best",
+                params=sweep,
+                of="sweep",
+            ),
+            "delete": _op(
+                "cancel the sweep and its running trials (idempotent); the sweep afterwards",
+                params=sweep,
+                of="sweep",
+            ),
         },
     }
     return {

@@ -18,7 +18,7 @@ from typing import Any
 
 from alchemist import client
 from alchemist.backends import get_backend
-from alchemist.errors import AlchemistError, JobNotFoundError, SpecError
+from alchemist.errors import AlchemistError, JobNotFoundError, PermissionDeniedError, SpecError
 from alchemist.job import config
 from alchemist.job.jobdir import atomic_write_json
 from alchemist.job.sweepdir import SweepDir
@@ -192,6 +192,12 @@ def start(
             f"{'s' if job_spec.world_size != 1 else ''} at once: use --parallel {max(1, limit)}"
             + (" or fewer ranks per trial" if limit else "")
         )
+    if limit is not None and "OMP_NUM_THREADS" not in (job_options.get("env") or {}):
+        # One machine: the trials running at once share its cores (torch would give
+        # each rank all of a worker's cores, and parallel trials would oversubscribe).
+        share = max(1, len(os.sched_getaffinity(0)) // (spec.parallel * job_spec.world_size))
+        job_options["env"] = {**(job_options.get("env") or {}), "OMP_NUM_THREADS": str(share)}
+        spec.job_options = dict(job_options)
     settings = spec.grid_settings()[:DRY_RUN_SETTINGS]
     if dry_run:
         values = settings[0] if settings else _middle(swept)
@@ -242,8 +248,14 @@ class Sweep:
         return f"<Sweep {self.id} {self.name!r} {self.state()['state']}>"
 
     def view(self) -> dict[str, Any]:
-        """The driver's last view: ``{"trials": [...], "best": {...} | None}``."""
-        return self.dir.read_json(self.dir.trials) or {"trials": [], "best": None}
+        """The driver's last view: ``{"trials": [...], "best": {...} | None}``, each
+        trial's ``params`` in the order the sweep names them."""
+        view = self.dir.read_json(self.dir.trials) or {"trials": [], "best": None}
+        names = [p.name for p in self.spec.params]
+        for t in [*view["trials"], view.get("best") or {}]:
+            if "params" in t:
+                t["params"] = {n: t["params"][n] for n in names if n in t["params"]}
+        return view
 
     def trials(self) -> list[dict[str, Any]]:
         """Every trial: number, params, state (queued, running, complete, pruned,
@@ -272,8 +284,10 @@ class Sweep:
         return self.state()["state"] != "running"
 
     def resume(self) -> bool:
-        """Start the driver again if the sweep is not over and none runs; True if started."""
-        if self.dir.read_state()["state"] != "running" or driver_running(self.dir):
+        """Start the driver again if the sweep is not over (or its driver crashed) and
+        none runs; True if started. The study's journal says where it was."""
+        st = self.dir.read_state()
+        if driver_running(self.dir) or not (st["state"] == "running" or st.get("driver_crashed")):
             return False
         start_driver(self.dir)
         return True
@@ -297,6 +311,8 @@ class Sweep:
         deadline = time.monotonic() + 20
         while driver_running(self.dir) and time.monotonic() < deadline:
             time.sleep(0.1)
+        if driver_running(self.dir):  # it is stopping the trials: it records the end
+            return
         if self.dir.read_state()["state"] == "running":  # no driver: cancel its trials here
             for t in self.trials():
                 if t["job_id"] and t["state"] in ("pending", "queued", "running"):
@@ -349,7 +365,21 @@ def attach(sweep_id: str) -> Sweep:
     sd = SweepDir(config.sweeps_root() / sweep_id)
     if not sd.config.is_file():
         raise JobNotFoundError(f"no sweep {sweep_id} (see alchemist sweep list)")
-    return Sweep(sd)
+    sweep = _read(sd)
+    if sweep._record.get("owner") not in (None, config.current_user()):
+        raise PermissionDeniedError(f"sweep {sweep_id!r} belongs to another user")
+    return sweep
+
+
+def _read(sd: SweepDir) -> Sweep:
+    """The sweep of ``sd``; a ``sweep.json`` that cannot be read is one clear error."""
+    try:
+        return Sweep(sd)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise AlchemistError(
+            f"sweep {sd.sweep_id}: its {sd.config.name} cannot be read ({type(e).__name__}:"
+            f" {e}); its trials are ordinary jobs (alchemist jobs)"
+        ) from None
 
 
 def sweeps() -> list[Sweep]:
@@ -358,5 +388,8 @@ def sweeps() -> list[Sweep]:
     found = []
     for entry in os.scandir(root):
         if _SWEEP_ID.fullmatch(entry.name) and Path(entry.path, "sweep.json").is_file():
-            found.append(Sweep(SweepDir(Path(entry.path))))
+            try:
+                found.append(_read(SweepDir(Path(entry.path))))
+            except AlchemistError:
+                continue  # unreadable: skipped here, named by attach
     return sorted(found, key=lambda s: s.created, reverse=True)

@@ -103,7 +103,13 @@ class Driver:
     # -- the loop --------------------------------------------------------------------
     def run(self) -> str:
         """Drive the sweep to its end; returns its final state."""
-        self.sd.write_state(state="running", reason=None, driver_pid=os.getpid(), finished=None)
+        self.sd.write_state(
+            state="running",
+            reason=None,
+            driver_pid=os.getpid(),
+            finished=None,
+            driver_crashed=False,
+        )
         self._resume()
         self._write_view()
         while True:
@@ -127,7 +133,7 @@ class Driver:
             time.sleep(POLL_S)
 
     def _finish(self, state: str, reason: str | None) -> str:
-        self._write_view()
+        self._write_view(ended=True)
         self.sd.write_state(state=state, reason=reason, finished=time.time())
         print(f"[alchemist] sweep {self.sd.sweep_id} {state}" + (f": {reason}" if reason else ""))
         return state
@@ -236,6 +242,7 @@ class Driver:
         step, value = f.last
         why = self._prune_reason(step, value)
         f.job.cancel(reason=why)
+        self._times(f)
         self._set(f.trial, reason=why)
         self.study.tell(f.trial, state=TrialState.PRUNED)
         self._record(f, value, ok=False)
@@ -263,6 +270,7 @@ class Driver:
 
         number = f.trial.number
         state = status.state
+        self._set(f.trial, job_started=status.started, job_finished=status.finished)
         if state == JobState.SUCCEEDED and f.last is not None:
             self.study.tell(f.trial, f.last[1])
             self._record(f, f.last[1], ok=True)
@@ -313,19 +321,31 @@ class Driver:
             hparams.write_trial, self.sd.tensorboard, self.spec, number, params, value, ok
         )
 
+    def _times(self, f: Followed) -> None:
+        """The trial's time is its job's: from its start to its end (after a cancel:
+        once its processes stopped), not the driver's asking and telling."""
+        status = f.job.status()
+        self._set(f.trial, job_started=status.started, job_finished=status.finished)
+
     def _set(self, trial: Any, **attrs: Any) -> None:
         for key, value in attrs.items():
             self.study._storage.set_trial_user_attr(trial._trial_id, key, value)
 
     # -- the readers' view -----------------------------------------------------------
-    def _write_view(self) -> None:
-        atomic_write_json(self.sd.trials, build_view(self.sd, self.spec, self.study, self.followed))
+    def _write_view(self, ended: bool = False) -> None:
+        view = build_view(self.sd, self.spec, self.study, self.followed, ended=ended)
+        atomic_write_json(self.sd.trials, view)
 
 
 def build_view(
-    sd: SweepDir, spec: SweepSpec, study: Any, followed: dict[int, Followed] | None = None
+    sd: SweepDir,
+    spec: SweepSpec,
+    study: Any,
+    followed: dict[int, Followed] | None = None,
+    ended: bool = False,
 ) -> dict[str, Any]:
-    """Every trial as the views show it, and the best (see ``trials.json``)."""
+    """Every trial as the views show it, and the best (see ``trials.json``); once the
+    sweep has ended, a grid's settings that never started are ``not run``."""
     followed = followed or {}
     rows: list[dict[str, Any]] = []
     best: dict[str, Any] | None = None
@@ -335,7 +355,7 @@ def build_view(
             "COMPLETE": "complete",
             "PRUNED": "pruned",
             "FAIL": "failed",
-            "WAITING": "waiting",
+            "WAITING": "not run" if ended else "waiting",
         }.get(t.state.name, "running")
         f = followed.get(t.number)
         last = f.last if f is not None else None
@@ -343,18 +363,22 @@ def build_view(
             step = max(t.intermediate_values)
             last = (step, t.intermediate_values[step])
         value = t.value if t.state.name == "COMPLETE" else (last[1] if last else None)
+        row_started = t.user_attrs.get("job_started")
         if state == "running" and f is not None:
             with contextlib.suppress(Exception):
-                state = f.job.status().state.value  # queued, pending, running
+                status = f.job.status()
+                state = status.state.value  # queued, pending, running
+                row_started = status.started
         row = {
             "number": t.number,
-            "params": dict(t.params),
+            # a grid's setting not started yet is in the queued trial's fixed values
+            "params": dict(t.params or t.system_attrs.get("fixed_params") or {}),
             "state": state,
             "job_id": job_id,
             "value": value,
             "step": last[0] if last else None,
-            "started": t.datetime_start.timestamp() if t.datetime_start else None,
-            "finished": t.datetime_complete.timestamp() if t.datetime_complete else None,
+            "started": row_started,
+            "finished": t.user_attrs.get("job_finished"),
             "reason": t.user_attrs.get("reason"),
         }
         rows.append(row)
@@ -385,7 +409,10 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # the sweep says why it stopped; the trials' jobs go on
             traceback.print_exc()
             sd.write_state(
-                state="failed", reason=f"the sweep's driver stopped: {e}", finished=time.time()
+                state="failed",
+                reason=f"the sweep's driver stopped: {e} (see {sd.driver_log})",
+                finished=time.time(),
+                driver_crashed=True,
             )
             return 1
     return 0

@@ -41,13 +41,16 @@ class SweepSpec:
         params: the swept names (:class:`~alchemist.sweep.space.Param`).
         objective: the metric (an ``alchemist.log`` keyword) that judges a trial: its
             last value logged by rank 0 is the trial's result; each value is reported
-            to the pruner at its step.
+            to the pruner at its step. Optuna's median pruner stops a trial when its
+            best value so far is worse than the median of the finished trials' values
+            at the same step.
         mode: ``max`` or ``min``.
         sampler: one of :data:`SAMPLERS`.
         pruner: one of :data:`PRUNERS`.
         trials: how many trials run (the whole grid by default).
         parallel: how many trials run at once.
-        prune_after: finished trials before the median pruner stops any.
+        prune_after: finished trials before the median pruner stops any (default: a
+            quarter of the trials, from 2 to 5: one finished trial is no median).
         prune_warmup: steps a trial runs before it may be stopped.
         seed: the sampler's seed (None: random).
         job_options: every trial's job options, as :func:`alchemist.client.make_spec`.
@@ -125,7 +128,7 @@ class SweepSpec:
         if not isinstance(parallel, int) or isinstance(parallel, bool) or parallel < 1:
             raise SpecError(f"--parallel must be a whole number from 1, got {parallel!r}")
         if prune_after is None:
-            prune_after = min(5, max(1, trials // 4))
+            prune_after = min(5, max(2, trials // 4))
         for flag, value in (("--prune-after", prune_after), ("--prune-warmup", prune_warmup)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise SpecError(f"{flag} must be a whole number from 0, got {value!r}")

@@ -23,38 +23,25 @@ from alchemist.job import config
 from alchemist.job.jobdir import JobDir
 from alchemist.metrics.reader import MetricsReader
 from alchemist.sweep.api import Sweep
+from alchemist.sweep.text import (
+    LIVE_STATES,
+    best_line,
+    counts,
+    format_sweep,
+    setting,
+    sorted_trials,
+)
 
 DEFAULT_INTERVAL = 0.5
 #: Points kept per trial's curve (older points thinned by half when it is exceeded).
 MAX_POINTS = 2000
 _BEST, _LIVE, _DONE, _FADED = "#d62728", "#1f77b4", "#7f7f7f", "#c7c7c7"
-#: States of a trial that still runs.
-LIVE_STATES = ("pending", "queued", "running")
 
 
 def _duration(t: dict[str, Any]) -> float | None:
     if not t.get("started"):
         return None
     return (t.get("finished") or time.time()) - t["started"]
-
-
-def sorted_trials(trials: list[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
-    """Best first by the objective (``mode`` max or min); trials with no value last."""
-    sign = -1.0 if mode == "max" else 1.0
-
-    def key(t: dict[str, Any]) -> tuple[int, float, int]:
-        v = t.get("value")
-        if v is None or not math.isfinite(v):
-            return (2, 0.0, t["number"])
-        return (0 if t["state"] == "complete" else 1, sign * v, t["number"])
-
-    return sorted(trials, key=key)
-
-
-def setting(params: dict[str, Any]) -> str:
-    return ", ".join(
-        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v!r}" for k, v in params.items()
-    )
 
 
 class SweepData:
@@ -101,17 +88,11 @@ class SweepData:
                 self._done_reading.add(n)
         return changed
 
-    def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for t in self.view["trials"]:
-            state = "running" if t["state"] in LIVE_STATES else t["state"]
-            out[state] = out.get(state, 0) + 1
-        return out
-
 
 def header_html(d: SweepData) -> str:
     s = d.sweep.spec
-    c = d.counts()
+    c = counts(d.view["trials"])
+    c["running"] = sum(c.get(k, 0) for k in LIVE_STATES)
     parts = [
         f"{c[k]} {k}" for k in ("complete", "pruned", "running", "failed", "waiting") if c.get(k)
     ]
@@ -127,16 +108,6 @@ def header_html(d: SweepData) -> str:
     if reason:
         head += f"<br><span style='color:{colour or '#555'}'>{html.escape(reason)}</span>"
     return head
-
-
-def best_line(d: SweepData) -> str:
-    best = d.view.get("best")
-    if best is None:
-        return "best: none finished yet"
-    return (
-        f"best: {setting(best['params'])} → {d.sweep.spec.objective} {best['value']:.4g}"
-        f" (trial {best['number']}, job {best['job_id']})"
-    )
 
 
 def table_html(d: SweepData) -> str:
@@ -200,22 +171,6 @@ def _colour(d: SweepData, t: dict[str, Any]) -> tuple[str, float]:
     return (_LIVE, 1.5) if t["state"] in LIVE_STATES else (_DONE, 1.5)
 
 
-def text_view(d: SweepData) -> str:
-    s = d.sweep.spec
-    lines = [
-        f"sweep {s.name} ({d.sweep.id}): {d.state['state']}, {len(d.view['trials'])} of"
-        f" {s.trials} trials" + (f": {d.state['reason']}" if d.state.get("reason") else ""),
-        best_line(d),
-    ]
-    for t in sorted_trials(d.view["trials"], s.mode):
-        value = "-" if t.get("value") is None else f"{t['value']:.4g}"
-        lines.append(
-            f"  t{t['number']:<3} {t['state']:<9} {value:>10}  {setting(t['params'])}"
-            + (f"  ({t['reason']})" if t.get("reason") else "")
-        )
-    return "\n".join(lines)
-
-
 class SweepMonitor:
     """The live sweep widget (see the module docstring)."""
 
@@ -236,7 +191,13 @@ class SweepMonitor:
     def display(self) -> None:
         from IPython.display import display
 
-        display(self)
+        self._handle = display(self, display_id=True)
+
+    def _final(self) -> None:
+        """Replace the shown output by the final one (a saved notebook keeps the end)."""
+        handle = getattr(self, "_handle", None)
+        if handle is not None:
+            handle.update(self)
 
     def follow(self, timeout: float | None = None) -> dict[str, Any]:
         """Update until the sweep ends (or ``timeout`` s); returns its state."""
@@ -245,6 +206,7 @@ class SweepMonitor:
             time.sleep(self.interval)
             self.update()
         self.update()
+        self._final()
         return self.data.state
 
     async def follow_async(self, timeout: float | None = None) -> dict[str, Any]:
@@ -254,6 +216,7 @@ class SweepMonitor:
             await asyncio.sleep(self.interval)
             self.update()
         self.update()
+        self._final()
         return self.data.state
 
     def cancel(self) -> None:
@@ -264,12 +227,12 @@ class SweepMonitor:
     def _repr_html_(self) -> str:
         d = self.data
         return (
-            f"<div class='alchemist-sweep'>{header_html(d)}<br><b>{html.escape(best_line(d))}</b>"
+            f"<div class='alchemist-sweep'>{header_html(d)}<br><b>{html.escape(best_line(d.view.get('best'), d.sweep.spec.objective))}</b>"
             f"<br>{curves_svg(d)}{table_html(d)}</div>"
         )
 
     def __repr__(self) -> str:
-        return text_view(self.data)
+        return format_sweep(self.sweep)
 
     def _repr_mimebundle_(self, **_kwargs: Any) -> dict[str, Any]:
         bundle = {"text/plain": repr(self), "text/html": self._repr_html_()}
@@ -277,7 +240,7 @@ class SweepMonitor:
             widget = self.widget
         except ImportError:
             return bundle
-        return {**bundle, **widget._repr_mimebundle_()}
+        return {**widget._repr_mimebundle_(), **bundle}  # our text and HTML where no widget shows
 
     @property
     def widget(self) -> Any:
@@ -318,7 +281,9 @@ class SweepMonitor:
     def _render(self) -> None:
         d = self.data
         self._header.value = header_html(d)
-        self._best.value = f"<b>{html.escape(best_line(d))}</b>"
+        self._best.value = (
+            f"<b>{html.escape(best_line(d.view.get('best'), d.sweep.spec.objective))}</b>"
+        )
         self._table.value = table_html(d)
         self._cancel_button.disabled = d.finished
         marks = []

@@ -50,7 +50,7 @@ def test_a_sweep_stops_the_bad_trials_and_names_the_best(ip: Any, capsys: Any) -
         CELL,
     )
     out = capsys.readouterr().out
-    assert "best: lr=0.3 → val_acc 1 (trial 0" in out
+    assert "best: lr=0.3 (val_acc=1 at step 5, trial 0, job " in out
     assert "copied back from the best trial: model" in out
     assert ip.user_ns["model"] == {"lr": 0.3}
     sweep = sweeps.sweeps()[0]
@@ -66,6 +66,10 @@ def test_a_sweep_stops_the_bad_trials_and_names_the_best(ip: Any, capsys: Any) -
         assert status.reason.startswith(f"pruned by sweep {sweep.id} at step ")
         assert "worse than the median" in status.reason
         assert f"trial {t['number']} (lr={lr:.4g}) pruned" in out
+    # the trials running at once share the machine's cores instead of each taking all
+    threads = max(1, len(os.sched_getaffinity(0)) // 2)
+    assert client.attach(trials[0.3]["job_id"]).spec.env["OMP_NUM_THREADS"] == str(threads)
+    assert all(t["finished"] > t["started"] for t in trials.values())  # the jobs' own times
     # each trial is an ordinary job, named for the sweep
     names = sorted(j.name for j in client.jobs())
     assert names == ["lrs-t0", "lrs-t1", "lrs-t2", "lrs-t3"]

@@ -41,6 +41,7 @@ def test_every_benchmark_has_a_smoke_test() -> None:
         "interactive.py",
         "scale.py",
         "notebook_launchers.py",
+        "sweep_pruning.py",
     }
     assert {p.name for p in BENCHMARKS.glob("*.py")} == tested
 
@@ -146,3 +147,21 @@ def test_notebook_launchers_smoke_runs_every_arm() -> None:
     # and every Alchemist arm left a loss curve in its job's metrics.
     assert len(rows) == 8 and all(row[-1] == "0" for row in rows), out
     assert all(int(row[-2]) > 0 for row in rows if row[1] == "alchemist"), out
+
+
+def test_sweep_pruning_smoke_runs_both_arms() -> None:
+    out = _smoke("sweep_pruning.py")
+    assert "failed trials: grid 0, pruned 0; failed arms: none" in out, out
+    rows = {
+        row[0]: row[2:6]  # trials, complete, pruned, failed
+        for row in (ln.split() for ln in out.splitlines())
+        if row[:2] in (["grid", "(none)"], ["pruned", "(median)"])
+    }
+    # The grid arm trains every setting to its last epoch; the pruned arm runs every
+    # setting too, each one complete or pruned.
+    assert rows["grid"] == ["3", "3", "0", "0"], out
+    assert rows["pruned"][0] == "3" and rows["pruned"][3] == "0", out
+    assert re.search(r"trial-seconds saved by pruning: -?[0-9.]+ of [0-9.]+ \(", out), out
+    assert re.search(r"ratio pruned / grid: trial-seconds [0-9.]+, epochs [0-9.]+, wall", out)
+    assert re.search(r"best val_acc: grid [0-9.]+, pruned [0-9.]+, difference [-+][0-9.]+;", out)
+    assert re.search(r"noise: val_acc of the best setting over 2 seeds: .* within noise: ", out)

@@ -20,6 +20,7 @@ supervisors watch them by pid.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -33,7 +34,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from alchemist.backends.local.pool import fingerprint, state
+from alchemist.backends.local.pool import fingerprint, learn, state
 from alchemist.backends.local.pool.protocol import Lines, encode, peer_uid
 from alchemist.job.jobdir import atomic_write_json
 
@@ -66,6 +67,10 @@ class Daemon:
         self.sel = selectors.DefaultSelector()
         self.store: Any = None
         self.port = 0
+        self.next: subprocess.Popen[bytes] | None = None  # a zygote being prepared
+        self.next_preload: list[str] = []
+        self.next_ready = False
+        self.learned_mtime = 0.0
 
     # -- state -------------------------------------------------------------------------
 
@@ -81,35 +86,130 @@ class Daemon:
 
     # -- start -------------------------------------------------------------------------
 
+    def _spawn_zygote(self, preload: list[str]) -> subprocess.Popen[bytes]:
+        """A zygote importing what every zygote does and ``preload`` (learned)."""
+        log = open(self.folder / "zygote.log", "ab")  # noqa: SIM115 - the child's
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+            learn.LEARNED_VAR: ",".join(preload),
+        }
+        try:
+            zygote = subprocess.Popen(
+                [sys.executable, "-m", "alchemist.backends.local.pool.zygote"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                cwd=self.folder,
+                env=env,
+                close_fds=True,
+            )
+        finally:
+            log.close()
+        assert zygote.stdin is not None and zygote.stdout is not None
+        return zygote
+
     def start(self) -> None:
         self.publish()
-        log = open(self.folder / "zygote.log", "ab")  # noqa: SIM115 - the child's
-        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        self.zygote = subprocess.Popen(
-            [sys.executable, "-m", "alchemist.backends.local.pool.zygote"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            cwd=self.folder,
-            env=env,
-            close_fds=True,
-        )
-        log.close()
-        assert self.zygote.stdin is not None and self.zygote.stdout is not None
-        # The store, while the zygote imports (both take a second or two).
-        from alchemist.backends.launch import loopback_store
+        # What earlier jobs imported, preloaded from the start; a learned package that
+        # starts threads is marked unsafe and the zygote started again without it.
+        for _ in range(3):
+            preload = learn.learned(self.folder)
+            self.zygote = self._spawn_zygote(preload)
+            assert self.zygote.stdout is not None
+            if self.store is None:  # the store, while the zygote imports (a second or two)
+                from alchemist.backends.launch import loopback_store
 
-        self.store, self.port = loopback_store(0)
-        self.zlines = Lines(self.zygote.stdout.fileno())
-        deadline = time.time() + ZYGOTE_START_S
-        while time.time() < deadline and not self.zlines.eof:
-            for msg in self.zlines.wait(deadline - time.time()):
-                if msg.get("ready"):
-                    print(f"[pool] zygote {msg['pid']} ready: {json.dumps(msg)}", flush=True)
-                    return self._listen()
-                if "error" in msg:
-                    raise SystemExit(f"[pool] the zygote failed: {msg['error']}")
+                self.store, self.port = loopback_store(0)
+            self.zlines = Lines(self.zygote.stdout.fileno())
+            deadline = time.time() + ZYGOTE_START_S
+            while time.time() < deadline and not self.zlines.eof:
+                for msg in self.zlines.wait(deadline - time.time()):
+                    if msg.get("ready"):
+                        print(f"[pool] zygote {msg['pid']} ready: {json.dumps(msg)}", flush=True)
+                        self.info.preloaded = preload
+                        return self._listen()
+                    if "unsafe" in msg:
+                        learn.mark_unsafe(self.folder, [msg["unsafe"]])
+                        print(f"[pool] not preloaded again: {msg['error']}", flush=True)
+                        deadline = 0.0
+                        break
+                    if "error" in msg:
+                        raise SystemExit(f"[pool] the zygote failed: {msg['error']}")
+            if deadline:
+                break
+            self.zygote.wait()
         raise SystemExit("[pool] the zygote did not become ready (see zygote.log)")
+
+    # -- learning what to preload (alchemist.backends.local.pool.learn) ----------------
+
+    def _maybe_relearn(self) -> None:
+        """While idle: start a zygote that preloads what jobs imported since, if that
+        adds anything; it swaps in when ready and no rank runs."""
+        if self.next is not None or self.by_pid:
+            return
+        try:
+            mtime = (self.folder / learn.LEARNED_FILE).stat().st_mtime
+        except OSError:
+            return
+        if mtime == self.learned_mtime:
+            return
+        self.learned_mtime = mtime
+        want = learn.learned(self.folder)
+        if not set(want) - set(self.info.preloaded):
+            return
+        print(f"[pool] preparing a zygote that also preloads {', '.join(want)}", flush=True)
+        self.next = self._spawn_zygote(want)
+        self.next_preload = want
+        assert self.next.stdout is not None
+        self.next_lines = Lines(self.next.stdout.fileno())
+        self.next_ready = False
+        self.sel.register(self.next.stdout, selectors.EVENT_READ, ("next", None))
+
+    def _from_next(self) -> None:
+        for msg in self.next_lines.feed():
+            if msg.get("ready") and not msg.get("cuda_initialized"):
+                self.next_ready = True
+            elif msg.get("ready") or "error" in msg:
+                bad = [msg["unsafe"]] if "unsafe" in msg else self.next_preload
+                learn.mark_unsafe(self.folder, bad)
+                print(f"[pool] not preloaded: {msg.get('error') or 'CUDA'} ({bad})", flush=True)
+                self._drop_next()
+                return
+        if self.next_lines.eof:
+            self._drop_next()
+
+    def _swap(self) -> None:
+        """The prepared zygote serves from now on; the old one ends (no rank runs)."""
+        assert self.next is not None and self.next.stdout is not None
+        old = self.zygote
+        assert old.stdout is not None and old.stdin is not None
+        self.sel.unregister(old.stdout)
+        self.sel.unregister(self.next.stdout)
+        old.stdin.close()
+        self.zygote, self.zlines = self.next, self.next_lines
+        self.sel.register(self.zygote.stdout, selectors.EVENT_READ, ("zygote", None))  # type: ignore[arg-type]
+        self.info.preloaded = self.next_preload
+        self.next = None
+        print(f"[pool] now preloading {', '.join(self.info.preloaded)}", flush=True)
+        self.publish()
+        try:
+            old.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            old.kill()
+
+    def _drop_next(self) -> None:
+        if self.next is None:
+            return
+        assert self.next.stdout is not None and self.next.stdin is not None
+        with contextlib.suppress(KeyError, ValueError):
+            self.sel.unregister(self.next.stdout)
+        self.next.stdin.close()
+        try:
+            self.next.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.next.kill()
+        self.next = None
 
     def _listen(self) -> None:
         path = state.socket_path(self.folder)
@@ -139,8 +239,13 @@ class Daemon:
                     self._accept()
                 elif kind == "zygote":
                     self._from_zygote()
+                elif kind == "next":
+                    self._from_next()
                 else:
                     self._from_client(key.fileobj, data)  # type: ignore[arg-type]
+            self._maybe_relearn()
+            if self.next is not None and self.next_ready and not self.by_pid:
+                self._swap()
             idle = self.info.idle_since
             if not self.by_pid and idle is not None and time.time() - idle > self.info.keepalive:
                 print(f"[pool] idle for {self.info.keepalive:g} s: stopping", flush=True)
@@ -247,6 +352,7 @@ class Daemon:
         # The state first: whoever reads it after this sees no pool.
         state.state_path(self.folder).unlink(missing_ok=True)
         state.socket_path(self.folder).unlink(missing_ok=True)
+        self._drop_next()
         zygote = getattr(self, "zygote", None)
         if zygote is not None:
             if zygote.stdin is not None:

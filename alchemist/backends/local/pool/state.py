@@ -100,6 +100,7 @@ class PoolInfo:
     idle_since: float | None = None
     served: int = 0  # job attempts forked so far
     ready: float | None = None  # when it became ready (start-up = ready - started)
+    preloaded: list[str] = field(default_factory=list)  # learned from its jobs' imports
 
     def to_dict(self) -> dict[str, Any]:
         now = time.time()
@@ -114,6 +115,7 @@ class PoolInfo:
             "keepalive_s": self.keepalive,
             "ends_in_s": max(0.0, self.keepalive - idle) if idle is not None else None,
             "served": self.served,
+            "preloaded": list(self.preloaded),
             "started": self.started,
             "text": describe(self, now),
         }
@@ -148,14 +150,17 @@ def describe(info: PoolInfo | None, now: float | None = None) -> str:
     now = time.time() if now is None else now
     if info.status != "ready":
         return "warm pool: starting"
+    learned = (
+        f"; preloads {', '.join(info.preloaded)} (your jobs import them)" if info.preloaded else ""
+    )
     if info.jobs:
         jobs = f"{len(info.jobs)} job" + ("s" if len(info.jobs) != 1 else "")
-        return f"warm pool: {info.ranks} ranks running ({jobs})"
+        return f"warm pool: {info.ranks} ranks running ({jobs}){learned}"
     idle = now - (info.idle_since or info.started)
     left = max(0.0, info.keepalive - idle)
     return (
         f"warm pool: idle {_minutes(idle)} (ends in {_minutes(left)}),"
-        f" {info.served} job{'s' if info.served != 1 else ''} served"
+        f" {info.served} job{'s' if info.served != 1 else ''} served{learned}"
     )
 
 

@@ -32,9 +32,10 @@ import signal
 import sys
 import threading
 import traceback
+from pathlib import Path
 from typing import Any
 
-from alchemist.job.spec import RANK_ENTRIES
+from alchemist.job.spec import RANK_ENTRIES, SESSION_ENTRY
 
 #: Imported before the first fork: what every rank imports anyway. Never the user's own
 #: modules (an edited one would go on being served stale).
@@ -69,6 +70,9 @@ PRELOAD = (
 PRELOAD_VAR = "ALCHEMIST_POOL_PRELOAD"
 #: Exit status of a child whose set-up failed before the rank's code could start.
 _SETUP_FAILED = 70
+#: The pool's folder (the daemon starts the zygote in it); what was imported when ready.
+_FOLDER = Path.cwd()
+_BASELINE: set[str] = set()
 
 
 def _send(fd: int, obj: dict[str, Any]) -> None:
@@ -77,8 +81,15 @@ def _send(fd: int, obj: dict[str, Any]) -> None:
     os.write(fd, encode(obj))
 
 
-def _preload() -> list[str]:
-    """Import :data:`PRELOAD` and the user's extra modules; return the extras that failed."""
+def _names(var: str) -> list[str]:
+    return [n for n in (n.strip() for n in os.environ.get(var, "").split(",")) if n]
+
+
+def _preload() -> tuple[list[str], str | None]:
+    """Import :data:`PRELOAD`, the user's extra modules and what the pool learned its
+    jobs import (:mod:`~alchemist.backends.local.pool.learn`); return the modules that
+    failed, and the first learned one that started threads (None: none did)."""
+    from alchemist.backends.local.pool.learn import LEARNED_VAR
     from alchemist.runtime import recorder
 
     # torch reads the flight recorder's buffer size when it makes a process group, in
@@ -87,12 +98,19 @@ def _preload() -> list[str]:
     for name in PRELOAD:
         importlib.import_module(name)
     failed = []
-    for name in filter(None, (n.strip() for n in os.environ.get(PRELOAD_VAR, "").split(","))):
+    for name in _names(PRELOAD_VAR):
         try:
             importlib.import_module(name)
         except Exception:
             failed.append(name)
-    return failed
+    for name in _names(LEARNED_VAR):
+        try:
+            importlib.import_module(name)
+        except Exception:
+            failed.append(name)
+        if threading.active_count() != 1:
+            return failed, name  # a fork would not copy its threads
+    return failed, None
 
 
 def _become_rank(cmd: dict[str, Any], env: dict[str, str], channel: tuple[int, int]) -> int:
@@ -162,6 +180,10 @@ def _fork(cmd: dict[str, Any], channel: tuple[int, int], out: int) -> bool:
                 traceback.print_exc()
             finally:
                 try:
+                    if env.get("RANK") == "0" and cmd.get("entry") != SESSION_ENTRY:
+                        from alchemist.backends.local.pool.learn import record
+
+                        record(_FOLDER, _BASELINE)
                     import atexit
 
                     atexit._run_exitfuncs()  # as the interpreter would at exit
@@ -196,8 +218,14 @@ def main() -> int:
     os.dup2(devnull, 1)
     os.close(devnull)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon stops us by closing stdin
-    failed = _preload()
+    failed, threaded = _preload()
     import torch
+
+    if threaded is not None:
+        _send(out, {"error": f"{threaded} starts threads when imported", "unsafe": threaded})
+        return 1
+    global _BASELINE
+    _BASELINE = set(sys.modules)  # a rank's imports beyond these are learned
 
     if threading.active_count() != 1:
         names = ", ".join(t.name for t in threading.enumerate() if t is not threading.main_thread())

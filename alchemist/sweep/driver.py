@@ -51,6 +51,8 @@ from alchemist.sweep.cell import with_values
 from alchemist.sweep.spec import SweepSpec
 
 POLL_S = 0.5
+#: The readers' view is written when a trial changes, and at least this often.
+VIEW_EVERY_S = 2.0
 #: The study's name in the journal (one study per sweep directory).
 STUDY = "sweep"
 #: How many of a trial's objective points the view keeps (the widget's curve).
@@ -99,6 +101,7 @@ class Driver:
             self._hparams(hparams.write_experiment, self.sd.tensorboard, self.spec)
         self.followed: dict[int, Followed] = {}
         self.stop_reason: str | None = None
+        self.viewed = 0.0
 
     # -- the loop --------------------------------------------------------------------
     def run(self) -> str:
@@ -123,8 +126,8 @@ class Driver:
             changed |= self._start_more()
             if self.stop_reason is not None:
                 continue
-            if changed:
-                self._write_view()
+            if changed or time.monotonic() - self.viewed > VIEW_EVERY_S:
+                self._write_view()  # also for a trial's job going from queued to running
             if not self.followed and self._submitted() >= self.spec.trials:
                 complete = self._trials("COMPLETE")
                 if complete:
@@ -197,19 +200,20 @@ class Driver:
     def _poll(self) -> bool:
         changed = False
         for number, f in list(self.followed.items()):
-            changed |= self._read_objective(f)
+            # The state first: a job that has ended is judged by its result, never pruned
+            # (its last events may arrive in the same read as its first).
+            status = f.job.status()
+            changed |= self._read_objective(f, may_prune=not status.state.is_terminal)
             if f.pruned:
                 del self.followed[number]
                 continue
-            status = f.job.status()
             if status.state.is_terminal:
-                self._read_objective(f)  # what was logged before the end
                 self._ended(f, status)
                 del self.followed[number]
                 changed = True
         return changed
 
-    def _read_objective(self, f: Followed) -> bool:
+    def _read_objective(self, f: Followed, may_prune: bool = True) -> bool:
         """Report the objective's new values (rank 0's) to Optuna, at their steps, and
         ask the pruner after each (a trial is stopped at the first step it should be)."""
         try:
@@ -230,24 +234,30 @@ class Driver:
                     f.trial.report(float(value), step)
             f.last = (step, float(value))
             new = True
-            if self.spec.pruner != "none" and f.trial.should_prune():
-                self._prune(f)
-                return True
+            if may_prune and self.spec.pruner != "none" and f.trial.should_prune():
+                if self._prune(f):
+                    return True
+                may_prune = False  # it finished first: read on, it ends with its result
         return new
 
-    def _prune(self, f: Followed) -> None:
+    def _prune(self, f: Followed) -> bool:
+        """Cancel the trial's job with the pruner's reason; False if the job had
+        succeeded by then (a result, not a pruned trial)."""
         from optuna.trial import TrialState
 
         assert f.last is not None
         step, value = f.last
         why = self._prune_reason(step, value)
         f.job.cancel(reason=why)
+        if f.job.status().state == JobState.SUCCEEDED:
+            return False
         self._times(f)
         self._set(f.trial, reason=why)
         self.study.tell(f.trial, state=TrialState.PRUNED)
         self._record(f, value, ok=False)
         print(f"[alchemist] trial {f.trial.number} {why}", flush=True)
         f.pruned = True
+        return True
 
     def _prune_reason(self, step: int, value: float) -> str:
         objective = self.spec.objective
@@ -335,6 +345,7 @@ class Driver:
     def _write_view(self, ended: bool = False) -> None:
         view = build_view(self.sd, self.spec, self.study, self.followed, ended=ended)
         atomic_write_json(self.sd.trials, view)
+        self.viewed = time.monotonic()
 
 
 def build_view(

@@ -3,6 +3,8 @@
 Every trial is a real job (one rank, so two fit this 2-core machine at once). The cell
 logs a made-up accuracy that peaks at ``lr = 0.3``, so which trials the median pruner
 must stop is known: the others fall behind the first finished trials at early steps.
+(A trial that ends before the driver reads its first step has a result and is not
+pruned, so the bad ones run long enough to be seen: ten times slower a step.)
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ lr = 0.1
 for step in range(6):
     val_acc = 1 - abs(lr - 0.3) * (step + 1)
     alchemist.log(step, val_acc=val_acc)
-    time.sleep(STEP_S)
+    time.sleep(STEP_S * (1 if val_acc > 0 else 10))  # a bad trial runs long: it is pruned
 model = {"lr": lr}
 """
 

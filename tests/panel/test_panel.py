@@ -413,14 +413,15 @@ def test_command_palette_lists_the_panel_actions(page: Any) -> None:
 
 
 def test_panel_polls_only_while_visible(page: Any) -> None:
-    """With the panel hidden (another sidebar tab shown), the job list is not requested."""
+    """With the panel hidden (another sidebar tab shown), neither the job list nor the
+    sweeps are requested; shown again, both are."""
     from urllib.parse import urlparse
 
     seen: list[str] = []
 
     def on_request(request: Any) -> None:
-        if urlparse(request.url).path.endswith("/alchemist/api/v1/jobs"):
-            seen.append(request.url)
+        if urlparse(request.url).path.endswith(("/alchemist/api/v1/jobs", "/api/v1/sweeps")):
+            seen.append(urlparse(request.url).path)
 
     page.on("request", on_request)
     try:
@@ -431,9 +432,11 @@ def test_panel_polls_only_while_visible(page: Any) -> None:
         assert seen == [], f"hidden panel polled: {seen}"
         page.locator('.jp-SideBar .lm-TabBar-tab[data-id="alchemist-panel"]').click()
         deadline = time.monotonic() + 10
-        while not seen and time.monotonic() < deadline:
+        while len({p.rsplit("/", 1)[1] for p in seen}) < 2 and time.monotonic() < deadline:
             page.wait_for_timeout(100)
-        assert seen, "the panel did not poll again once shown"
+        assert {p.rsplit("/", 1)[1] for p in seen} == {"jobs", "sweeps"}, (
+            f"the panel did not poll both lists again once shown: {seen}"
+        )
     finally:
         page.remove_listener("request", on_request)
 
@@ -479,6 +482,97 @@ def test_older_jobs_beyond_the_first_page_come_with_a_button(page: Any, lab: Lab
     expect(panel.locator('[data-job-id^="old-"]')).to_have_count(205)
     page.wait_for_timeout(1500)  # three polls later the older page is still shown
     expect(panel.locator('[data-job-id^="old-"]')).to_have_count(205)
+
+
+WRITE_SWEEP = """
+import json, sys, time
+from alchemist.job import config
+from alchemist.job.jobdir import atomic_write_json
+from alchemist.job.sweepdir import SweepDir
+from alchemist.sweep.space import parse_params
+from alchemist.sweep.spec import SweepSpec
+
+# A finished sweep's files as its driver leaves them (tests/sweep/test_sweep_cli_rest.py).
+sweep_id, trials = sys.argv[1], json.loads(sys.argv[2])
+spec = SweepSpec.make("lrgrid", parse_params(["lr=0.1,0.01,0.001,0.0001"]), "val_loss", mode="min")
+sd = SweepDir(config.sweeps_root() / sweep_id).create()
+record = {**spec.to_dict(), "created": time.time(), "owner": config.current_user()}
+atomic_write_json(sd.config, record)
+sd.write_state(state="succeeded", reason=None)
+best = min((t for t in trials if t["state"] == "complete"), key=lambda t: t["value"])
+atomic_write_json(sd.trials, {"sweep_id": sweep_id, "trials": trials, "best": best})
+"""
+
+
+def _trial(
+    number: int, lr: float, state: str, value: float | None, reason: str | None = None
+) -> dict[str, Any]:
+    return {
+        "number": number,
+        "params": {"lr": lr},
+        "state": state,
+        "job_id": f"j{number:010d}",
+        "value": value,
+        "step": None if value is None else 9,
+        "started": 1.0,
+        "finished": 2.0,
+        "reason": reason,
+    }
+
+
+def test_a_finished_sweep_shows_its_trials_best_first(page: Any, lab: Lab) -> None:
+    """A sweep (its files written as its driver leaves them; no trial runs): one row with
+    its state, trials done and best, and on a click its trials best first by the
+    objective (here minimised), and no Cancel since it is over."""
+    sweep_id = "w00000000aa"
+    trials = [
+        _trial(0, 0.1, "complete", 0.4),
+        _trial(1, 0.01, "complete", 0.21),
+        _trial(2, 0.001, "pruned", 0.9, "pruned by sweep at step 9: val_loss=0.9, worse"),
+        _trial(3, 0.0001, "failed", None, "failed: CUDA out of memory"),
+    ]
+    subprocess.run(
+        [sys.executable, "-c", WRITE_SWEEP, sweep_id, json.dumps(trials)],
+        env={**os.environ, "ALCHEMIST_HOME": str(lab.home)},
+        check=True,
+    )
+    assert [s["id"] for s in lab.api("sweeps")["sweeps"]] == [sweep_id]
+    panel = page.locator("#alchemist-panel")
+    section = panel.locator("details.jp-Alchemist-sweepsSection")
+    expect(section.locator("summary")).to_have_text("Sweeps (1)")  # the next poll lists it
+    section.locator("summary").click()
+    row = section.locator(f'.jp-Alchemist-sweep[data-sweep-id="{sweep_id}"]')
+    expect(row.locator(".jp-Alchemist-sweepName")).to_have_text("lrgrid")
+    expect(row.locator(".jp-Alchemist-state")).to_have_text("succeeded")
+    expect(row.locator(".jp-Alchemist-sweepProgress")).to_have_text("4/4 trials")
+    expect(row.locator(".jp-Alchemist-sweepBest")).to_have_text("val_loss=0.21 (lr=0.01)")
+
+    row.click()
+    expect(row).to_have_attribute("aria-expanded", "true")
+    detail = section.locator(".jp-Alchemist-sweepDetail")
+    expect(detail.locator(".jp-Alchemist-sweepSpec")).to_contain_text("minimise val_loss")
+    table = detail.locator("table.jp-Alchemist-trials")
+    expect(table.locator("th")).to_have_text(["#", "Setting", "State", "Step", "val_loss"])
+    rows = table.locator("tbody[data-trial]")  # a trial's row, and why it stopped below it
+    expect(rows).to_have_count(4)
+    # best first: the complete trials by value, then the pruned one, then none
+    assert [r.get_attribute("data-trial") for r in rows.all()] == ["1", "0", "2", "3"]
+    cells = [c.strip() for c in rows.nth(0).locator("td").all_inner_texts()]
+    assert cells == ["1", "lr=0.01", "complete", "9", "0.21"], cells
+    cells = [c.strip() for c in rows.nth(3).locator("td").all_inner_texts()]
+    assert cells == ["3", "lr=0.0001", "failed", "-", "-", "", "failed: CUDA out of memory"]
+    expect(rows.nth(2).locator(".jp-Alchemist-trialReason")).to_have_text(
+        re.compile(r"^pruned by sweep at step 9")
+    )
+    # a finished sweep offers no Cancel
+    expect(detail.get_by_role("button", name="Cancel")).to_have_count(0)
+    # a trial's row opens its job's view, as the jobs list does
+    rows.nth(0).click()
+    page.locator('.lm-TabBar-tab:has-text("j0000000001")').wait_for()
+    # a second click on the sweep closes it
+    row.click()
+    expect(row).to_have_attribute("aria-expanded", "false")
+    expect(detail).to_have_count(0)
 
 
 def test_missing_server_extension_gets_one_clear_message(tmp_path: Path, browser: Any) -> None:

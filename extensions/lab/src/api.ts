@@ -16,6 +16,8 @@ import {
   IMetricsSummary,
   IServerInfo,
   ISubmitBody,
+  ISweep,
+  ISweepSummary,
   explainFailure
 } from './model';
 
@@ -194,5 +196,17 @@ export const api = {
   },
   tensorboard(id: string): Promise<{ url: string }> {
     return requestAPI(`jobs/${encodeURIComponent(id)}/tensorboard`, jsonInit('POST', {}));
+  },
+  /** The user's sweeps, newest first; `skipped`: those that could not be read, with why. */
+  listSweeps(): Promise<{ sweeps: ISweepSummary[]; skipped: { id: string; reason: string }[] }> {
+    return requestAPI('sweeps');
+  },
+  /** One sweep: its spec, every trial and the best. */
+  getSweep(id: string): Promise<ISweep> {
+    return requestAPI(`sweeps/${encodeURIComponent(id)}`);
+  },
+  /** Cancel the sweep and its running trials (idempotent); replies with the sweep. */
+  cancelSweep(id: string): Promise<ISweep> {
+    return requestAPI(`sweeps/${encodeURIComponent(id)}`, jsonInit('DELETE'));
   }
 };

@@ -785,3 +785,219 @@ export function describeDiagnosis(report: IDiagnosis): IDiagnosisView {
     notes
   };
 }
+
+/*
+ * Sweeps (docs/sweeps.md): the panel lists them and shows one's trials best first, with
+ * the rules of alchemist/sweep/text.py (the CLI's and the widget's tables).
+ */
+
+/** One trial of a sweep, as its driver's `trials.json` has it (each trial is a job). */
+export interface ISweepTrial {
+  number: number;
+  /** The swept names' values, in the order the sweep names them. */
+  params: Record<string, unknown>;
+  /**
+   * `waiting` (a grid's setting not started yet), `pending`, `queued`, `running`,
+   * `complete`, `pruned` or `failed`.
+   */
+  state: string;
+  job_id?: string | null;
+  /** The objective's last value rank 0 logged (null before any, or when not finite). */
+  value?: number | null;
+  /** The step of that value. */
+  step?: number | null;
+  started?: number | null;
+  finished?: number | null;
+  /** Why it ended, for a pruned or failed trial. */
+  reason?: string | null;
+}
+
+/** A sweep in `GET /alchemist/api/v1/sweeps` (alchemist.sweep.text.summary). */
+export interface ISweepSummary {
+  id: string;
+  name: string;
+  created: number;
+  /** `running`, `succeeded`, `failed` or `cancelled`. */
+  state: string;
+  reason?: string | null;
+  driver?: boolean;
+  objective: string;
+  /** `max` or `min`. */
+  mode: string;
+  sampler?: string;
+  pruner?: string;
+  /** The swept names as a user writes them (`lr=loguniform(0.0001,0.1)`). */
+  params?: string[];
+  trials_total: number;
+  /** Trials complete, pruned or failed. */
+  trials_done: number;
+  counts?: Record<string, number>;
+  /** The best complete trial, null until one is. */
+  best?: ISweepTrial | null;
+}
+
+/** `GET /alchemist/api/v1/sweeps/{id}` (Sweep.to_dict). */
+export interface ISweep {
+  id: string;
+  name: string;
+  created: number;
+  state: string;
+  reason?: string | null;
+  driver?: boolean;
+  spec: {
+    objective: string;
+    mode: string;
+    trials: number;
+    parallel: number;
+    sampler?: string;
+    pruner?: string;
+    [key: string]: unknown;
+  };
+  trials: ISweepTrial[];
+  best?: ISweepTrial | null;
+}
+
+/** True while a sweep may still start or stop trials (it can be cancelled). */
+export function isSweepRunning(state: string): boolean {
+  return state === 'running';
+}
+
+function finiteNumber(value: unknown): number | undefined {
+  return typeof value === 'number' && Number.isFinite(value) ? value : undefined;
+}
+
+/**
+ * A number in 4 significant digits as Python's `f"{v:.4g}"` writes it (the CLI's
+ * tables): `0.21`, `1000`, `0.00012`, `1.235e+04`, `1e-05`.
+ */
+export function formatG4(value: number): string {
+  if (!Number.isFinite(value)) {
+    return String(value);
+  }
+  if (value === 0) {
+    return '0';
+  }
+  const [mantissa, expText] = value.toExponential(3).split('e');
+  const exp = Number(expText);
+  if (exp < -4 || exp >= 4) {
+    const digits = mantissa.replace(/\.?0+$/, '');
+    return `${digits}e${exp < 0 ? '-' : '+'}${String(Math.abs(exp)).padStart(2, '0')}`;
+  }
+  return value
+    .toFixed(3 - exp)
+    .replace(/(\.\d*?)0+$/, '$1')
+    .replace(/\.$/, '');
+}
+
+/** An objective's value as the tables show it, or `-` when there is none. */
+export function formatTrialValue(value: unknown): string {
+  const v = finiteNumber(value);
+  return v === undefined ? '-' : formatG4(v);
+}
+
+/** One swept value as Python's `repr` writes it (floats in 4 significant digits). */
+function formatParam(value: unknown): string {
+  if (typeof value === 'number') {
+    return Number.isInteger(value) ? String(value) : formatG4(value);
+  }
+  if (typeof value === 'string') {
+    return `'${value}'`;
+  }
+  if (typeof value === 'boolean') {
+    return value ? 'True' : 'False';
+  }
+  if (value === null || value === undefined) {
+    return 'None';
+  }
+  return JSON.stringify(value);
+}
+
+/** `lr=0.001, act='relu'`: a trial's setting, as the CLI's tables write it. */
+export function formatSetting(params: Record<string, unknown> | null | undefined): string {
+  return Object.entries(params ?? {})
+    .map(([name, value]) => `${name}=${formatParam(value)}`)
+    .join(', ');
+}
+
+/**
+ * The trials best first by the objective (`mode` `max`: highest first; else lowest):
+ * the complete trials (their final values) first, then the others with a value (the
+ * last so far, or where they were stopped), then those without one, each group in the
+ * objective's order and ties by number (alchemist.sweep.text.sorted_trials). The first
+ * row is the sweep's best whenever it has one. The caller's array is not reordered.
+ */
+export function sortTrials(trials: readonly ISweepTrial[], mode: string): ISweepTrial[] {
+  const sign = mode === 'max' ? -1 : 1;
+  const key = (t: ISweepTrial): [number, number, number] => {
+    const v = finiteNumber(t.value);
+    const number = Number(t.number) || 0;
+    if (v === undefined) {
+      return [2, 0, number];
+    }
+    return [t.state === 'complete' ? 0 : 1, sign * v, number];
+  };
+  return trials
+    .map(t => ({ t, k: key(t) }))
+    .sort((a, b) => a.k[0] - b.k[0] || a.k[1] - b.k[1] || a.k[2] - b.k[2])
+    .map(({ t }) => t);
+}
+
+/** `3/4 trials`: how many trials are done (complete, pruned or failed) of how many. */
+export function sweepProgress(sweep: ISweepSummary): string {
+  return `${sweep.trials_done}/${sweep.trials_total} trials`;
+}
+
+/** `val_acc=0.95 (lr=0.3)`: the best trial's value and setting, or an empty string. */
+export function describeBest(best: ISweepTrial | null | undefined, objective: string): string {
+  if (!best) {
+    return '';
+  }
+  const setting = formatSetting(best.params);
+  return `${objective}=${formatTrialValue(best.value)}` + (setting ? ` (${setting})` : '');
+}
+
+/** `maximise val_acc · tpe, 10 trials, 2 at once`: what a sweep searches, in one line. */
+export function describeSweepSpec(sweep: ISweep): string {
+  const s = sweep.spec;
+  const search = [
+    s.sampler,
+    `${s.trials} trial${s.trials === 1 ? '' : 's'}`,
+    `${s.parallel} at once`
+  ].filter(Boolean);
+  return `${s.mode}imise ${s.objective} · ${search.join(', ')}`;
+}
+
+/** One row of a sweep's trials table: plain strings, rendered as text. */
+export interface ITrialRow {
+  number: number;
+  setting: string;
+  state: string;
+  step: string;
+  value: string;
+  /** Why it stopped (pruned, failed), on one line; empty otherwise. */
+  reason: string;
+  /** The trial's job, to open (empty before it has one). */
+  jobId: string;
+}
+
+/** A sweep's trials as the panel's table shows them, best first ({@link sortTrials}). */
+export function describeTrials(sweep: ISweep): ITrialRow[] {
+  return sortTrials(sweep.trials ?? [], sweep.spec.mode).map(t => ({
+    number: t.number,
+    setting: formatSetting(t.params) || '-',
+    state: t.state,
+    step: typeof t.step === 'number' ? String(t.step) : '-',
+    value: formatTrialValue(t.value),
+    reason: (t.reason ?? '').split(/\s+/).filter(Boolean).join(' '),
+    jobId: t.job_id ?? ''
+  }));
+}
+
+/**
+ * True when a failure is not the API's own answer (no reply, no such route, a proxy's
+ * page: no JSON body). The job list's message line already says what is wrong then, so
+ * the sweeps section adds no second line.
+ */
+export function isServerWide(failure: IFailure): boolean {
+  return failure.json === undefined;
+}

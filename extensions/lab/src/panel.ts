@@ -1,6 +1,7 @@
 /**
- * The Alchemist side panel (launch form and job list) and the job view opened in the
- * main area (learning curves, per-rank logs, spec, cancel, TensorBoard, attach cell).
+ * The Alchemist side panel (launch form, sweeps and their trials, job list) and the job
+ * view opened in the main area (learning curves, per-rank logs, spec, cancel,
+ * TensorBoard, attach cell).
  *
  * Both poll the REST API with a Lumino `Poll` that stands by while the widget is not
  * visible or the browser tab is hidden, so a closed panel costs the server nothing.
@@ -18,21 +19,29 @@ import {
   IOptionInfo,
   IServerInfo,
   ISubmitBody,
+  ISweep,
+  ISweepSummary,
   LogBuffer,
   MetricSeries,
   defaultText,
+  describeBest,
   describeDiagnosis,
   describeLatest,
   describeStall,
+  describeSweepSpec,
+  describeTrials,
   elapsedSeconds,
   extraOptions,
   filterAndSort,
   formFieldOf,
   formatElapsed,
+  isServerWide,
+  isSweepRunning,
   isTerminal,
   mergePages,
   optionsHint,
   summaryEvents,
+  sweepProgress,
   validateForm
 } from './model';
 
@@ -109,7 +118,10 @@ class MessageLine {
   }
 }
 
-/** The left-sidebar panel: launch form on top, the user's jobs below. */
+/**
+ * The left-sidebar panel: launch form on top, then the user's sweeps (a collapsed
+ * section, shown once there is one; a sweep opens on its trials), then the jobs.
+ */
 export class AlchemistPanel extends Widget {
   constructor(
     private _host: IPanelHost,
@@ -135,12 +147,26 @@ export class AlchemistPanel extends Widget {
       standby: () => (this.isVisible ? 'when-hidden' : true)
     });
     void this._poll.start();
+    // The sweeps at the same cadence, with a backoff of their own: a failure to list
+    // them never slows the jobs.
+    this._sweepPoll = new Poll({
+      auto: false,
+      factory: () => this.refreshSweeps(),
+      frequency: { interval: _settings.pollInterval, backoff: true, max: 60_000 },
+      name: 'alchemist:sweeps',
+      standby: () => (this.isVisible ? 'when-hidden' : true)
+    });
+    void this._sweepPoll.start();
   }
 
   /** Apply changed settings (poll interval; defaults of an untouched form). */
   updateSettings(settings: IPanelSettings): void {
     this._settings = settings;
     this._poll.frequency = { ...this._poll.frequency, interval: settings.pollInterval };
+    this._sweepPoll.frequency = {
+      ...this._sweepPoll.frequency,
+      interval: settings.pollInterval
+    };
     if (!this._formTouched) {
       this._fillDefaults();
     }
@@ -181,6 +207,63 @@ export class AlchemistPanel extends Widget {
     } catch (error) {
       this._listMessage.error(messageOf(error));
       throw error;
+    }
+  }
+
+  /**
+   * Fetch the sweeps now, and the open sweep's trials while it runs (or when it has not
+   * been read yet). Errors go to the sweeps' message line and are rethrown for backoff;
+   * one the job list already shows (no answer, no such route) is not said twice.
+   */
+  async refreshSweeps(): Promise<void> {
+    try {
+      const { sweeps } = await api.listSweeps();
+      this._sweeps = sweeps ?? [];
+      const id = this._openSweep;
+      const summary = this._sweeps.find(s => s.id === id);
+      if (id && !summary) {
+        this._openSweep = ''; // gone (its folder removed): nothing to show
+        this._sweep = undefined;
+      } else if (summary) {
+        const known = this._sweep?.id === id ? this._sweep : undefined;
+        if (!known || isSweepRunning(known.state) || known.state !== summary.state) {
+          const sweep = await api.getSweep(id);
+          if (this._openSweep === id) {
+            this._sweep = sweep;
+            this._renderSweepDetail();
+          }
+        }
+      }
+      this._sweepMessage.clear();
+      this._renderSweeps();
+    } catch (error) {
+      if (error instanceof ApiError && isServerWide(error.failure)) {
+        this._sweepMessage.clear();
+      } else {
+        this._sweepMessage.error(messageOf(error));
+      }
+      this._renderSweeps();
+      throw error;
+    }
+  }
+
+  /** Cancel the open sweep and its running trials. */
+  async cancelSweep(id: string): Promise<void> {
+    const button = this._sweepCancel;
+    button.disabled = true;
+    this._sweepMessage.note('Cancelling the sweep and its running trials…');
+    try {
+      const sweep = await api.cancelSweep(id);
+      if (this._openSweep === id) {
+        this._sweep = sweep;
+        this._renderSweepDetail();
+      }
+      this._sweepMessage.clear();
+      void this._sweepPoll.refresh();
+      void this._poll.refresh();
+    } catch (error) {
+      this._sweepMessage.error(messageOf(error));
+      button.disabled = false;
     }
   }
 
@@ -244,6 +327,7 @@ export class AlchemistPanel extends Widget {
 
   protected onAfterShow(): void {
     void this._poll.refresh();
+    void this._sweepPoll.refresh();
   }
 
   /** The warm pool's line under the jobs, with a Stop button while one runs. */
@@ -264,6 +348,7 @@ export class AlchemistPanel extends Widget {
       return;
     }
     this._poll.dispose();
+    this._sweepPoll.dispose();
     window.clearInterval(this._clock);
     super.dispose();
   }
@@ -487,9 +572,27 @@ export class AlchemistPanel extends Widget {
       h('h3', {}, 'Jobs'),
       this._stateFilter
     );
+    // Hidden until the first listing shows a sweep; the open sweep's trials go below its row.
+    this._sweepsSection.style.display = 'none';
+    this._sweepsSection.append(
+      h('summary', {}, 'Sweeps ', this._sweepsCount),
+      this._sweepMessage.node,
+      this._sweepList
+    );
+    this._sweepCancel.addEventListener('click', () => {
+      if (this._sweep) {
+        void this.cancelSweep(this._sweep.id);
+      }
+    });
+    this._sweepDetail.append(
+      h('div', { class: 'jp-Alchemist-sweepSpec' }, this._sweepSpec, this._sweepCancel),
+      this._sweepReason,
+      this._sweepTrials
+    );
     this.node.append(
       h('h2', { class: 'jp-Alchemist-title' }, 'Alchemist'),
       this._launch,
+      this._sweepsSection,
       jobsHeader,
       this._listMessage.node,
       this._list,
@@ -561,6 +664,158 @@ export class AlchemistPanel extends Widget {
     this._list.replaceChildren(...rows);
   }
 
+  /**
+   * The sweeps, newest first (as listed), the open one's trials below its row. Rebuilt
+   * only when what they show changed, so a row stays put under the pointer between polls.
+   */
+  private _renderSweeps(): void {
+    const sweeps = this._sweeps;
+    const shown = sweeps.length > 0 || this._sweepMessage.node.textContent !== '';
+    this._sweepsSection.style.display = shown ? '' : 'none';
+    const running = sweeps.filter(s => isSweepRunning(s.state)).length;
+    this._sweepsCount.textContent = sweeps.length
+      ? `(${sweeps.length}${running ? `, ${running} running` : ''})`
+      : '';
+    const drawn = JSON.stringify([this._openSweep, sweeps]);
+    if (drawn === this._sweepsDrawn) {
+      return;
+    }
+    this._sweepsDrawn = drawn;
+    const rows: HTMLElement[] = [];
+    for (const sweep of sweeps) {
+      const open = sweep.id === this._openSweep;
+      const row = h(
+        'li',
+        {
+          class: 'jp-Alchemist-sweep',
+          'data-sweep-id': sweep.id,
+          'data-state': sweep.state,
+          title: sweep.reason ? `${sweep.id}: ${sweep.reason}` : sweep.id,
+          'aria-expanded': open ? 'true' : 'false',
+          tabindex: 0
+        },
+        h('span', { class: 'jp-Alchemist-sweepName' }, sweep.name),
+        h('span', { class: `jp-Alchemist-state jp-Alchemist-state-${sweep.state}` }, sweep.state),
+        h('span', { class: 'jp-Alchemist-sweepBest' }, describeBest(sweep.best, sweep.objective)),
+        h('span', { class: 'jp-Alchemist-sweepProgress' }, sweepProgress(sweep))
+      );
+      const toggle = () => this._toggleSweep(sweep);
+      row.addEventListener('click', toggle);
+      row.addEventListener('keydown', event => {
+        if (event.key === 'Enter') {
+          toggle();
+        }
+      });
+      rows.push(row);
+      if (open) {
+        rows.push(this._sweepDetail);
+      }
+    }
+    this._sweepList.replaceChildren(...rows);
+  }
+
+  /** Open a sweep on its trials (read at once), or close the open one. */
+  private _toggleSweep(sweep: ISweepSummary): void {
+    if (this._openSweep === sweep.id) {
+      this._openSweep = '';
+    } else {
+      this._openSweep = sweep.id;
+      this._sweep = undefined;
+      this._sweepCancel.disabled = false;
+      this._renderSweepDetail();
+      void this._sweepPoll.refresh();
+    }
+    this._renderSweeps();
+  }
+
+  /**
+   * The open sweep: what it searches, why it ended, Cancel while it runs, and its trials
+   * best first, each with why it stopped (a trial with a job opens that job's view). The
+   * table is rebuilt only when a trial changed; the Cancel button is one element, shown
+   * while the sweep runs.
+   */
+  private _renderSweepDetail(): void {
+    const sweep: ISweep | undefined = this._sweep;
+    const running = sweep !== undefined && isSweepRunning(sweep.state);
+    // Not `hidden`: .jp-Button's own display rule would show it anyway.
+    this._sweepCancel.style.display = running ? '' : 'none';
+    if (!running) {
+      this._sweepCancel.disabled = false;
+    }
+    this._sweepSpec.textContent = sweep ? describeSweepSpec(sweep) : '';
+    this._sweepReason.textContent = sweep?.reason ?? '';
+    const trials = sweep ? describeTrials(sweep) : undefined;
+    const drawn = JSON.stringify([sweep?.id, sweep?.spec.objective, trials]);
+    if (drawn === this._trialsDrawn) {
+      return;
+    }
+    this._trialsDrawn = drawn;
+    if (!sweep || !trials) {
+      this._sweepTrials.replaceChildren(h('p', { class: 'jp-Alchemist-empty' }, 'Loading…'));
+      return;
+    }
+    if (trials.length === 0) {
+      this._sweepTrials.replaceChildren(h('p', { class: 'jp-Alchemist-empty' }, 'No trials yet.'));
+      return;
+    }
+    // One body per trial: its row, and why it stopped on a line of its own below (a
+    // sidebar is too narrow for a sixth column).
+    const header = ['#', 'Setting', 'State', 'Step', sweep.spec.objective];
+    const body = trials.map(t => {
+      const row = h(
+        'tbody',
+        {
+          'data-trial': t.number,
+          'data-state': t.state,
+          'data-job-id': t.jobId || undefined,
+          title: t.jobId ? `open job ${t.jobId}` : undefined,
+          tabindex: t.jobId ? 0 : undefined
+        },
+        h(
+          'tr',
+          {},
+          h('td', {}, String(t.number)),
+          h('td', {}, t.setting),
+          h(
+            'td',
+            {},
+            h('span', { class: `jp-Alchemist-state jp-Alchemist-state-${t.state}` }, t.state)
+          ),
+          h('td', {}, t.step),
+          h('td', {}, t.value)
+        ),
+        ...(t.reason
+          ? [
+              h(
+                'tr',
+                { class: 'jp-Alchemist-trialReason' },
+                h('td', {}),
+                h('td', { colspan: header.length - 1 }, t.reason)
+              )
+            ]
+          : [])
+      );
+      if (t.jobId) {
+        const open = () => this._host.openJob(t.jobId);
+        row.addEventListener('click', open);
+        row.addEventListener('keydown', event => {
+          if (event.key === 'Enter') {
+            open();
+          }
+        });
+      }
+      return row;
+    });
+    this._sweepTrials.replaceChildren(
+      h(
+        'table',
+        { class: 'jp-Alchemist-trials' },
+        h('thead', {}, h('tr', {}, ...header.map(c => h('th', {}, c)))),
+        ...body
+      )
+    );
+  }
+
   private _inputs!: {
     path: HTMLInputElement;
     workers: HTMLInputElement;
@@ -601,6 +856,32 @@ export class AlchemistPanel extends Widget {
   );
   private _poll: Poll;
   private _clock = 0;
+  private _sweepPoll: Poll;
+  private _sweeps: ISweepSummary[] = [];
+  /** The sweep open on its trials ('' when none), and what was last read of it. */
+  private _openSweep = '';
+  private _sweep: ISweep | undefined;
+  private _sweepsSection = h('details', { class: 'jp-Alchemist-sweepsSection' });
+  private _sweepsCount = h('span', { class: 'jp-Alchemist-sweepsCount' });
+  private _sweepMessage = new MessageLine();
+  private _sweepList = h('ul', { class: 'jp-Alchemist-sweeps' });
+  private _sweepDetail = h('li', { class: 'jp-Alchemist-sweepDetail' });
+  private _sweepSpec = h('span', { class: 'jp-Alchemist-detail' });
+  private _sweepCancel = h(
+    'button',
+    {
+      class: 'jp-Button jp-mod-styled jp-mod-warn',
+      type: 'button',
+      title: 'Cancel the sweep and its running trials',
+      style: 'display: none'
+    },
+    'Cancel'
+  );
+  private _sweepReason = h('p', { class: 'jp-Alchemist-sweepReason' });
+  private _sweepTrials = h('div', { class: 'jp-Alchemist-sweepTrials' });
+  /** What the sweep rows and the open sweep's table were last drawn from. */
+  private _sweepsDrawn = '';
+  private _trialsDrawn = '';
 }
 
 /** One job in the main area: curves, logs, spec and actions. */

@@ -23,7 +23,20 @@ import {
   formatNumber,
   IFormSchema,
   IMetricsSummary,
+  ISweep,
+  ISweepSummary,
+  ISweepTrial,
+  describeBest,
+  describeSweepSpec,
+  describeTrials,
+  formatG4,
+  formatSetting,
+  formatTrialValue,
+  isServerWide,
+  isSweepRunning,
   mergePages,
+  sortTrials,
+  sweepProgress,
   summaryEvents,
   IJobOption,
   optionsHint,
@@ -538,5 +551,146 @@ describe('metrics summary', () => {
     // Events read on from the cursor extend the same curves.
     series.add([{ rank: 0, step: 1000, values: { loss: 0.4 } }]);
     assert.equal(series.size('loss'), 4);
+  });
+});
+
+function trial(
+  number: number,
+  x: unknown,
+  state: string,
+  value: number | null,
+  reason: string | null = null
+): ISweepTrial {
+  return {
+    number,
+    params: { x },
+    state,
+    job_id: `j${String(number).padStart(10, '0')}`,
+    value,
+    step: value === null ? null : 9,
+    reason
+  };
+}
+
+// The trials of tests/sweep/test_sweep_cli_rest.py (the CLI's order is the same).
+const TRIALS = [
+  trial(0, 1, 'failed', null, 'failed: CUDA out of memory'),
+  trial(1, 2, 'complete', 0.5),
+  trial(2, 3, 'pruned', 0.1, 'pruned by sweep at step 9'), // better, but not a result
+  trial(3, 4, 'complete', 0.25)
+];
+
+function sweep(mode: string, trials: ISweepTrial[], state = 'succeeded'): ISweep {
+  return {
+    id: 'w0123456789',
+    name: 'grid',
+    created: 1,
+    state,
+    spec: { objective: 'loss', mode, trials: 4, parallel: 2, sampler: 'grid' },
+    trials
+  };
+}
+
+describe('sweeps', () => {
+  it('sorts trials best first by the mode: complete, then other values, then none', () => {
+    assert.deepEqual(
+      sortTrials(TRIALS, 'min').map(t => t.number),
+      [3, 1, 2, 0]
+    );
+    assert.deepEqual(
+      sortTrials(TRIALS, 'max').map(t => t.number),
+      [1, 3, 2, 0]
+    );
+    assert.deepEqual(
+      TRIALS.map(t => t.number),
+      [0, 1, 2, 3]
+    ); // the caller's array is not reordered
+  });
+
+  it('breaks ties by number and puts running trials with a value after the complete', () => {
+    const trials = [
+      trial(5, 1, 'running', 0.9),
+      trial(4, 2, 'complete', 0.5),
+      trial(2, 3, 'complete', 0.5),
+      trial(1, 4, 'waiting', null),
+      { ...trial(0, 5, 'failed', null), value: Number.NaN }
+    ];
+    assert.deepEqual(
+      sortTrials(trials, 'max').map(t => t.number),
+      [2, 4, 5, 0, 1]
+    );
+  });
+
+  it('writes values and settings as the CLI does (Python’s .4g and repr)', () => {
+    assert.equal(formatG4(0.21), '0.21');
+    assert.equal(formatG4(0.00012), '0.00012');
+    assert.equal(formatG4(1e-5), '1e-05');
+    assert.equal(formatG4(123456), '1.235e+05');
+    assert.equal(formatG4(1000), '1000');
+    assert.equal(formatG4(2.5), '2.5');
+    assert.equal(formatG4(-0.123456), '-0.1235');
+    assert.equal(formatTrialValue(null), '-');
+    assert.equal(formatTrialValue(Number.POSITIVE_INFINITY), '-');
+    assert.equal(
+      formatSetting({ lr: 0.00031622776, act: 'relu', batch: 64, bn: true }),
+      "lr=0.0003162, act='relu', batch=64, bn=True"
+    );
+    assert.equal(formatSetting({}), '');
+  });
+
+  it('shows a sweep in one row: progress and the best value with its setting', () => {
+    const summary: ISweepSummary = {
+      id: 'w0123456789',
+      name: 'grid',
+      created: 1,
+      state: 'running',
+      objective: 'val_acc',
+      mode: 'max',
+      trials_total: 4,
+      trials_done: 3,
+      best: trial(1, 0.3, 'complete', 0.95)
+    };
+    assert.equal(sweepProgress(summary), '3/4 trials');
+    assert.equal(describeBest(summary.best, summary.objective), 'val_acc=0.95 (x=0.3)');
+    assert.equal(describeBest(null, 'val_acc'), '');
+    assert.ok(isSweepRunning(summary.state));
+    assert.ok(!isSweepRunning('succeeded') && !isSweepRunning('cancelled'));
+  });
+
+  it('shows a sweep’s trials as table rows, best first', () => {
+    const rows = describeTrials(sweep('min', TRIALS));
+    assert.deepEqual(
+      rows.map(r => [r.number, r.setting, r.state, r.step, r.value, r.jobId]),
+      [
+        [3, 'x=4', 'complete', '9', '0.25', 'j0000000003'],
+        [1, 'x=2', 'complete', '9', '0.5', 'j0000000001'],
+        [2, 'x=3', 'pruned', '9', '0.1', 'j0000000002'],
+        [0, 'x=1', 'failed', '-', '-', 'j0000000000']
+      ]
+    );
+    assert.equal(rows[3].reason, 'failed: CUDA out of memory');
+    assert.equal(rows[0].reason, '');
+    const waiting = describeTrials(
+      sweep('max', [{ number: 0, params: {}, state: 'waiting', reason: 'a\n  b' }])
+    );
+    assert.deepEqual(waiting[0], {
+      number: 0,
+      setting: '-',
+      state: 'waiting',
+      step: '-',
+      value: '-',
+      reason: 'a b',
+      jobId: ''
+    });
+    assert.equal(
+      describeSweepSpec(sweep('min', TRIALS)),
+      'minimise loss · grid, 4 trials, 2 at once'
+    );
+  });
+
+  it('leaves a failure the job list already shows to the job list', () => {
+    assert.ok(isServerWide({ status: 0, text: 'TypeError: failed to fetch' }));
+    assert.ok(isServerWide({ status: 404, text: '<html>' }));
+    assert.ok(!isServerWide({ status: 500, json: { message: 'sweep w1: unreadable' } }));
   });
 });

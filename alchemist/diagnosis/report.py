@@ -157,6 +157,11 @@ def _rank_stacks(
 
     if running and local:
         procs = collect.rank_processes(job_dir, world_size)
+        # A stopped process (SIGSTOP, a debugger) answers nothing until continued: it
+        # is not asked, and nobody waits the timeout out for it.
+        stopped = {r for r, rp in procs.items() if collect.is_stopped(rp.process.pid)}
+        procs = {r: rp for r, rp in procs.items() if r not in stopped}
+        asked = [r for r in asked if r not in stopped]
         expected = sorted(procs)
 
         def by_socket(rank: int, text: str) -> None:
@@ -381,8 +386,9 @@ def diagnose(
         others = [r for r in silent if r not in stopped]
         if stopped:
             notes.append(
-                f"{format_ranks(stopped)} did not answer within {timeout:g} s: its process is"
-                " stopped (SIGSTOP, or a debugger; SIGCONT resumes it)"
+                f"{format_ranks(stopped)} {'is' if len(stopped) == 1 else 'are'} stopped"
+                " (SIGSTOP, or a debugger; SIGCONT resumes it): not asked for stacks, a"
+                " stopped process answers nothing"
             )
         if others:
             notes.append(

@@ -63,6 +63,19 @@ def diagnose_until(job: client.Job, kind: str, timeout: float = 10.0) -> dict[st
         raise AssertionError(f"no {kind}; last report: {json.dumps(reports[-1])[:3000]}")
 
 
+#: Rank 1 answers nothing for minutes without being stopped: it ignores the stack
+#: signal and its main thread holds the GIL (a regular expression that backtracks for
+#: ever), so neither its socket responder nor its request-file reader can run.
+SILENT = """
+import re, signal, torch, torch.distributed as dist
+rank = dist.get_rank()
+print(f"rank {rank} ready", flush=True)
+if rank == 1:
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    re.match(r"(a+)+$", "a" * 64 + "b")
+dist.all_reduce(torch.ones(1))
+"""
+
 STOPPED = """
 import os, signal, torch, torch.distributed as dist
 rank = dist.get_rank()

@@ -393,7 +393,8 @@ def diagnose(
         if others:
             notes.append(
                 f"{format_ranks(others)} did not answer with stacks within {timeout:g} s"
-                " (starting up, or hooks not installed)"
+                " (starting up, hooks not installed, or its code holds the GIL with the"
+                " stack signal blocked)"
             )
     elif running and not local:
         answered = len(asked) - len(silent)

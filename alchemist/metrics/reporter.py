@@ -170,6 +170,11 @@ class Reporter:
             TypeError: a value is not a number, or ``step`` is not an integer.
             RuntimeError: the reporter was closed.
         """
+        self.log_values(step, values)
+
+    def log_values(self, step: int, values: dict[str, Any]) -> None:
+        """:meth:`log` with the values as a dict of the caller's that the reporter may
+        keep and change (``alchemist.log`` hands over its keywords' dict, one copy less)."""
         if self._closed:
             raise RuntimeError("alchemist.log: the metrics reporter is closed")
         if type(step) is not int:

@@ -279,22 +279,33 @@ class _Watchdog:
         self.period = floor
         self.last = time.monotonic()  # the last sign of progress (start-up counts)
         self._mean: float | None = None
-        self._logged = False
+        self._count = 0  # rearm calls so far
+        self._seen = (0, 0.0)  # (count, last) at the watchdog's previous look
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="alchemist-watchdog", daemon=True)
         self._thread.start()
 
     def rearm(self) -> None:
-        now = time.monotonic()
-        if self._logged:
-            gap = now - self.last
+        # On the training thread at every alchemist.log: two stores, nothing else. The
+        # watchdog thread turns the counts into the mean gap between calls (_learn).
+        self.last = time.monotonic()
+        self._count += 1
+
+    def _learn(self) -> None:
+        """The mean gap between rearm calls since the last look, folded into a moving
+        average (the first call, from start-up, is not a gap)."""
+        count, last = self._count, self.last
+        seen_count, seen_last = self._seen
+        if seen_count and count > seen_count:
+            gap = (last - seen_last) / (count - seen_count)
             self._mean = gap if self._mean is None else 0.9 * self._mean + 0.1 * gap
-        self._logged = True
-        self.last = now
+        if count:
+            self._seen = (count, last)
 
     def _run(self) -> None:
         dumped = 0.0
         while not self._stop.wait(min(self.period / 10, WATCHDOG_CHECK_S)):
+            self._learn()
             self.period = max(self.floor, WATCHDOG_FACTOR * (self._mean or 0.0))
             now = time.monotonic()
             idle = now - self.last

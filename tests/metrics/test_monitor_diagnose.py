@@ -30,7 +30,7 @@ from alchemist import client
 from alchemist.diagnosis import progress
 from alchemist.job.spec import JobState
 from alchemist.widgets.diagnosis import diagnosis_html
-from tests.support.diagnose import MISSING, line_of, logged, stopped_job, wait_for
+from tests.support.diagnose import MISSING, line_of, logged, silent_job, wait_for
 from tests.support.lab import OUTPUT, POINTS_JS, open_and_run, wait_for_monitor
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
@@ -127,11 +127,11 @@ def test_diagnose_shows_who_answered_while_waiting_then_saves_the_bundle(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Rank 1 stopped itself (SIGSTOP: it answers never): while the Diagnose thread
-    waits its 3 s for rank 1 the monitor shows who answered and who is awaited; then the
-    report says rank 1 did not answer, and Save debug bundle writes the bundle into the
-    current folder (the notebook's) and links to it."""
-    job = stopped_job(submit)
+    """Rank 1 answers nothing (its code holds the GIL, the stack signal ignored): while
+    the Diagnose thread waits its 3 s for rank 1 the monitor shows who answered and who
+    is awaited; then the report says rank 1 did not answer, and Save debug bundle writes
+    the bundle into the current folder (the notebook's) and links to it."""
+    job = silent_job(submit)
     ip.user_ns["job"] = job
     with capture_output():
         ip.run_cell(
@@ -153,7 +153,7 @@ def test_diagnose_shows_who_answered_while_waiting_then_saves_the_bundle(
     assert not thread.is_alive()
     final = m._diagnosis.value
     assert waiting not in final and m.diagnosis is not None
-    assert "rank 1 did not answer within 3 s: its process is stopped" in final
+    assert "rank 1 did not answer with stacks within 3 s" in final
     assert f"<code>alchemist diagnose {job.id} --bundle PATH</code>" in final
     assert f"<code>%alchemist_diagnose {job.id} --bundle PATH</code>" in final
     assert m.partial_diagnosis is not None and m.partial_diagnosis["waiting_for"] == [1]

@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import psutil
+
 from alchemist import client
 from alchemist.backends.local.procs import read_pid
 from alchemist.diagnosis import collect
@@ -96,4 +98,20 @@ def stopped_job(submit: Callable[..., client.Job]) -> client.Job:
     wait_for(
         lambda: collect.is_stopped(read_pid(job.job_dir.pids / "rank-1.pid")), 30, "rank 1 stopped"
     )
+    return job
+
+
+def silent_job(submit: Callable[..., client.Job]) -> client.Job:
+    """The job of :data:`SILENT` once rank 1 is in its endless match: it runs, and
+    answers no request (its main thread holds the GIL, the stack signal is ignored)."""
+    job = submit(SILENT)
+    wait_for(
+        lambda: logged(job, 0, "rank 0 ready") and logged(job, 1, "rank 1 ready"), 120, "ready"
+    )
+
+    def busy() -> bool:  # past the print, in the match: all its CPU, in user code
+        proc = psutil.Process(read_pid(job.job_dir.pids / "rank-1.pid") or 0)
+        return proc.cpu_percent(interval=0.3) > 50
+
+    wait_for(busy, 30, "rank 1 in its match")
     return job

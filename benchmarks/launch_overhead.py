@@ -32,6 +32,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,17 @@ def run_plain(workdir: Path, steps: int) -> tuple[float, float]:
         TRAIN.format(steps=steps, mark=str(mark), setup=PLAIN_SETUP)
         + "\ndist.destroy_process_group()\n"
     )
+    t0, wall = torchrun(script)
+    return wall, float(mark.read_text()) - t0
+
+
+def torchrun(script: Path) -> tuple[float, float]:
+    """Run ``script`` under ``torchrun --standalone --nproc-per-node=2`` (one thread a
+    rank) to its end: ``(t0, wall)``, ``t0`` the ``time.time()`` just before the launch.
+
+    Raises:
+        RunFailed: torchrun exited non-zero (its last line of stderr says why).
+    """
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     t0 = time.time()
     done = subprocess.run(
@@ -110,7 +122,7 @@ def run_plain(workdir: Path, steps: int) -> tuple[float, float]:
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or [""])[-1]
         raise RunFailed(f"torchrun exited {done.returncode}: {tail[:200]}")
-    return wall, float(mark.read_text()) - t0
+    return t0, wall
 
 
 def run_alchemist(workdir: Path, steps: int, warm: bool = False) -> tuple[float, float]:
@@ -122,9 +134,13 @@ def run_alchemist(workdir: Path, steps: int, warm: bool = False) -> tuple[float,
     return wall, float(mark.read_text()) - t0
 
 
-def submit_and_wait(cell: str, name: str, warm: bool) -> tuple[Any, float, float]:
+def submit_and_wait(
+    cell: str, name: str, warm: bool, follow: Callable[[Any], Any] | None = None
+) -> tuple[Any, float, float]:
     """Run ``cell`` as a 2-worker job to its end: ``(job, t0, wall)``, ``t0`` the
-    ``time.time()`` just before the submit.
+    ``time.time()`` just before the submit. ``follow(job)`` waits for the job's end and
+    returns its final status (default ``job.wait(poll=0.02)``; a ``JobMonitor``'s
+    ``follow``, say, to pay what a kernel showing the monitor pays).
 
     Raises:
         RunFailed: the job did not succeed, or did not start as asked (warm or cold).
@@ -133,7 +149,7 @@ def submit_and_wait(cell: str, name: str, warm: bool) -> tuple[Any, float, float
 
     t0 = time.time()
     job = alchemist.submit(cell, namespace={}, workers=2, name=name, no_warm=not warm)
-    status = job.wait(poll=0.02)
+    status = job.wait(poll=0.02) if follow is None else follow(job)
     wall = time.time() - t0
     if status.state.value != "succeeded":
         raise RunFailed(f"job {job.id} {status.state.value}: {status.reason}")

@@ -42,6 +42,7 @@ def test_every_benchmark_has_a_smoke_test() -> None:
         "scale.py",
         "notebook_launchers.py",
         "sweep_pruning.py",
+        "step_overhead.py",
     }
     assert {p.name for p in BENCHMARKS.glob("*.py")} == tested
 
@@ -165,3 +166,41 @@ def test_sweep_pruning_smoke_runs_both_arms() -> None:
     assert re.search(r"ratio pruned / grid: trial-seconds [0-9.]+, epochs [0-9.]+, wall", out)
     assert re.search(r"best val_acc: grid [0-9.]+, pruned [0-9.]+, difference [-+][0-9.]+;", out)
     assert re.search(r"noise: val_acc of the best setting over 2 seeds: .* within noise: ", out)
+
+
+def test_step_overhead_smoke_runs_every_arm_and_samples_the_threads() -> None:
+    out = _smoke("step_overhead.py", timeout=400)
+    # the table's rows: (step, arm) -> steps, steps/s, spread, ms/step, [ratios,] failed
+    rows = {
+        (ln[:7].strip(), ln[7:29].strip()): ln[29:].split()
+        for ln in out.splitlines()
+        if ln.startswith(("small ", "large "))
+    }
+    heads = ("alchemist cold", "alchemist warm", "warm + log", "warm + log + monitor")
+    for size in ("small", "large"):
+        assert (size, "plain torchrun") in rows, out
+        for head in heads:
+            # Alchemist's arms ran (a failed run is counted in the last column, and the
+            # arm then has no steps/s); plain torchrun may fail at its teardown.
+            assert rows[(size, head)][-1] == "0", out
+            assert float(rows[(size, head)][1]) > 0, out
+    for size, target in (("small", "0.95"), ("large", "0.98")):
+        for head in ("warm + log", "warm + log + monitor"):
+            assert re.search(
+                rf"ratio {re.escape(head)} / plain torchrun, {size} step \(.* ms here\)"
+                rf" \(target >= {target}\): after warm-up [0-9.]+ .*, second half [0-9.]+",
+                out,
+            ), out
+        assert re.search(
+            rf"alchemist.log\(\) on the training thread, warm \+ log, {size} step:"
+            r" p50 [0-9.]+ us, p99 [0-9.]+ us over [1-9][0-9]* calls",
+            out,
+        ), out
+    # The table of rank 0's threads and processes: the logging job's own threads and its
+    # TensorBoard writer process, each with its wake-ups/s and CPU s/min.
+    for name in ("thread alchemist-metrics", "child: alchemist.metrics.tbwriter"):
+        assert re.search(rf"^  {re.escape(name)}.* [0-9.]+ +[0-9.]+ +[0-9.]+$", out, re.M), out
+    assert "rank 0 of plain torchrun, small step" in out, out
+    # the reference for log()'s cost: a minimal logger timed under plain torchrun (its
+    # mark is written before torchrun's teardown, which may fail)
+    assert re.search(r"minimal logger .* p50 [0-9.]+ us, p99 [0-9.]+ us over [1-9]", out), out

@@ -338,6 +338,8 @@ class Driver:
         self._set(f.trial, job_started=status.started, job_finished=status.finished)
 
     def _set(self, trial: Any, **attrs: Any) -> None:
+        """Set user attributes of a trial, a live ``Trial`` or a ``FrozenTrial`` (one a
+        resumed driver found running: Optuna gives those no setter, so the storage's)."""
         for key, value in attrs.items():
             self.study._storage.set_trial_user_attr(trial._trial_id, key, value)
 

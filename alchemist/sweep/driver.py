@@ -249,9 +249,10 @@ class Driver:
         step, value = f.last
         why = self._prune_reason(step, value)
         f.job.cancel(reason=why)
-        if f.job.status().state == JobState.SUCCEEDED:
+        status = f.job.status()
+        if status.state == JobState.SUCCEEDED:
             return False
-        self._times(f)
+        self._times(f, status)
         self._set(f.trial, reason=why)
         self.study.tell(f.trial, state=TrialState.PRUNED)
         self._record(f, value, ok=False)
@@ -280,7 +281,7 @@ class Driver:
 
         number = f.trial.number
         state = status.state
-        self._set(f.trial, job_started=status.started, job_finished=status.finished)
+        self._times(f, status)
         if state == JobState.SUCCEEDED and f.last is not None:
             self.study.tell(f.trial, f.last[1])
             self._record(f, f.last[1], ok=True)
@@ -331,10 +332,9 @@ class Driver:
             hparams.write_trial, self.sd.tensorboard, self.spec, number, params, value, ok
         )
 
-    def _times(self, f: Followed) -> None:
-        """The trial's time is its job's: from its start to its end (after a cancel:
-        once its processes stopped), not the driver's asking and telling."""
-        status = f.job.status()
+    def _times(self, f: Followed, status: Any) -> None:
+        """The trial's time is its job's ``status``: from its start to its end (after a
+        cancel: once its processes stopped), not the driver's asking and telling."""
         self._set(f.trial, job_started=status.started, job_finished=status.finished)
 
     def _set(self, trial: Any, **attrs: Any) -> None:
